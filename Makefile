@@ -1,0 +1,57 @@
+# hakmem lab — one Makefile, parts included from their own directories.
+#   make setup   system packages (apt-get, when root) + .venv with hakbench[dev]
+#   make build   every allocator variant and every harness program (C only)
+#   make demo    setup + build + the main job (hakbench ab --profile BALANCED)
+#   make test    setup + build + C tests + pytest + lint + scorecard check
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+BUILD   ?= build
+CC      ?= gcc
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+HAKBENCH := $(VENV)/bin/hakbench
+
+-include allocator/allocator.mk
+-include allocator/tests/tests.mk
+-include harness/harness.mk
+
+.PHONY: setup build demo test test-c test-py lint format clean bench-alloc
+
+setup: $(VENV)/.setup-stamp
+	@bash scripts/setup.sh system
+
+$(VENV)/.setup-stamp: pyproject.toml scripts/setup.sh
+	@bash scripts/setup.sh venv
+	@touch $@
+
+build: allocator harness
+
+demo: setup build
+	$(HAKBENCH) ab --profile BALANCED
+
+test: setup build
+	$(MAKE) --no-print-directory test-c
+	$(MAKE) --no-print-directory test-py
+	$(MAKE) --no-print-directory lint
+
+test-c: test-allocator
+
+test-py: setup build
+	$(VPY) -m pytest -q tests
+
+lint: setup
+	$(VENV)/bin/ruff check hakbench tests
+	$(VENV)/bin/ruff format --check hakbench tests
+	@if command -v clang-format >/dev/null; then \
+	  clang-format --dry-run --Werror allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h 2>&1 | head -40; \
+	  clang-format --dry-run --Werror allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h >/dev/null 2>&1 || { echo "clang-format: run 'make format'"; exit 1; }; \
+	else echo "note: clang-format missing, C formatting not checked"; fi
+
+format: setup
+	$(VENV)/bin/ruff format hakbench tests
+	$(VENV)/bin/ruff check --fix hakbench tests
+	clang-format -i allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h
+
+clean:
+	rm -rf $(BUILD)

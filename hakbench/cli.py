@@ -1,0 +1,45 @@
+"""The ``hakbench`` command line: parse, call the library, print. Nothing else lives here.
+
+Each sub-command is defined in its own module under ``hakbench/commands/`` and exposes
+``COMMANDS`` (a list of click commands); they are registered here in name order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from hakbench import __version__
+from hakbench.errors import HakbenchError
+
+
+class _Group(click.Group):
+    """Turn HakbenchError into one line on stderr and its exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except HakbenchError as e:
+            click.echo(f"hakbench: error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hakbench")
+def main():
+    """Allocator lab: run cells, judge A/B experiments, build scorecards, soak."""
+
+
+def _register() -> None:
+    from hakbench import commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"hakbench.commands.{info.name}")
+        for cmd in getattr(module, "COMMANDS", []):
+            main.add_command(cmd)
+
+
+_register()

@@ -1,0 +1,127 @@
+"""``perf stat -x,`` CSV: parse it, and probe which events this machine supports.
+
+Field order as the code emits it (tools/perf/util/stat-display.c; see
+shared/research/toolkit_anchors.md §c.2): value, unit, event, [noise% with -r],
+run time, percent running, metric value, metric unit. The value may be the literal
+``<not supported>`` or ``<not counted>``: those are recorded as unavailable, never as 0.
+The optional noise column is found by its trailing ``%``, not by position.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+SOFTWARE_EVENTS = ("task-clock", "page-faults", "context-switches", "cpu-migrations")
+HARDWARE_EVENTS = ("cycles", "instructions", "branch-misses")
+UNAVAILABLE = ("<not supported>", "<not counted>")
+
+
+@dataclass
+class PerfCounter:
+    event: str  # without the :u / :k modifier
+    value: float | None  # None when unavailable
+    unit: str = ""
+    status: str = "ok"  # ok | not supported | not counted
+    noise_pct: float | None = None
+    running_pct: float | None = None
+
+
+@dataclass
+class PerfStat:
+    counters: dict[str, PerfCounter] = field(default_factory=dict)
+
+    def values(self) -> dict[str, float]:
+        return {k: c.value for k, c in self.counters.items() if c.value is not None}
+
+    def unavailable(self) -> list[str]:
+        return sorted(k for k, c in self.counters.items() if c.value is None)
+
+
+def _event_name(raw: str) -> str:
+    return raw.split(":", 1)[0].strip()
+
+
+def parse_perf_csv(text: str, sep: str = ",") -> PerfStat:
+    """Parse ``perf stat -x<sep>`` output (stderr or ``-o`` file); other lines are skipped."""
+    out = PerfStat()
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = line.split(sep)
+        if len(f) < 3:
+            continue
+        raw_value, unit, event = f[0].strip(), f[1].strip(), f[2].strip()
+        if not event or (raw_value not in UNAVAILABLE and not _is_number(raw_value)):
+            continue
+        rest = f[3:]
+        noise = None
+        if rest and rest[0].strip().endswith("%"):
+            noise = _float(rest[0].strip().rstrip("%"))
+            rest = rest[1:]
+        running = _float(rest[1]) if len(rest) > 1 else None
+        name = _event_name(event)
+        if raw_value in UNAVAILABLE:
+            status = raw_value.strip("<>")
+            out.counters[name] = PerfCounter(name, None, unit, status, noise, running)
+        else:
+            out.counters[name] = PerfCounter(name, float(raw_value), unit, "ok", noise, running)
+    return out
+
+
+def _is_number(s: str) -> bool:
+    return _float(s) is not None
+
+
+def _float(s: str) -> float | None:
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+_PROBE: dict | None = None
+
+
+def probe_perf() -> dict:
+    """Which events work here: ``{"available": bool, "supported": [...], "unsupported": [...],
+    "note": str}``. Runs ``perf stat`` once per process on ``true``."""
+    global _PROBE
+    if _PROBE is not None:
+        return _PROBE
+    events = SOFTWARE_EVENTS + HARDWARE_EVENTS
+    if shutil.which("perf") is None:
+        _PROBE = {
+            "available": False,
+            "supported": [],
+            "unsupported": list(events),
+            "note": "perf not installed (apt-get install linux-perf)",
+        }
+        return _PROBE
+    try:
+        r = subprocess.run(
+            ["perf", "stat", "-x,", "-e", ",".join(events), "true"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        st = parse_perf_csv(r.stderr)
+    except (OSError, subprocess.SubprocessError) as e:
+        st, r = PerfStat(), None
+        note = f"perf failed: {e}"
+    supported = [e for e in events if e in st.counters and st.counters[e].value is not None]
+    unsupported = [e for e in events if e not in supported]
+    if r is not None:
+        note = (
+            "all events supported"
+            if not unsupported
+            else "not supported on this machine: " + ", ".join(unsupported)
+        )
+    _PROBE = {
+        "available": bool(supported),
+        "supported": supported,
+        "unsupported": unsupported,
+        "note": note,
+    }
+    return _PROBE

@@ -1,0 +1,1 @@
+"""Reports: Markdown tables and plots, made from tidy tables."""
