@@ -7,7 +7,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 BUILD   ?= build
-CC      ?= gcc
+ifeq ($(origin CC),default)
+CC      := gcc
+endif
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 HAKBENCH := $(VENV)/bin/hakbench

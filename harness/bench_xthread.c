@@ -1,0 +1,154 @@
+/* bench_xthread: remote frees. Each pair is a producer thread that mallocs blocks and passes
+ * them through a bounded single-producer/single-consumer ring to its consumer thread, which
+ * frees them. Both sides yield the CPU when the ring is full or empty, so more threads than
+ * cores still make progress. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: bench_xthread --pairs N --count N [--min B] [--max B] [--seed N]\n"
+    "  --pairs N      producer/consumer thread pairs\n"
+    "  --count N      blocks per producer (0 measures start-up only)\n"
+    "  --min/--max B  block sizes, uniform in [min,max] (default 16..1024)\n"
+    "  --seed N       pair p uses seed N+p (default 1)\n";
+
+#define RING_SLOTS 1024 /* a power of two */
+
+typedef struct {
+    unsigned char *block;
+    uint64_t size;
+} ring_entry;
+
+typedef struct {
+    /* head and tail on their own cache lines: producer and consumer write one each. */
+    alignas(64) _Atomic uint64_t head; /* next slot the consumer reads */
+    alignas(64) _Atomic uint64_t tail; /* next slot the producer writes */
+    alignas(64) ring_entry entries[RING_SLOTS];
+} ring;
+
+typedef struct {
+    pthread_t producer, consumer;
+    pthread_barrier_t *start_line;
+    ring *ring;
+    uint64_t count, min_size, max_size, seed;
+    uint64_t producer_checksum, consumer_checksum;
+    hb_interval producer_timed, consumer_timed;
+} pair;
+
+static void *run_producer(void *arg) {
+    pair *p = arg;
+    ring *r = p->ring;
+    hb_rng rng;
+    hb_rng_seed(&rng, p->seed);
+    uint64_t checksum = HB_CHECKSUM_INIT, span = p->max_size - p->min_size + 1;
+    pthread_barrier_wait(p->start_line);
+    p->producer_timed.start = hb_now();
+    for (uint64_t i = 0; i < p->count; i++) {
+        uint64_t size = p->min_size + hb_rng_below(&rng, span);
+        unsigned char *block = malloc(size);
+        if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
+        hb_fill_block(block, size, hb_block_tag(i));
+        hb_checksum_add(&checksum, hb_malloc_event(i % RING_SLOTS, size));
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        while (tail - atomic_load_explicit(&r->head, memory_order_acquire) == RING_SLOTS)
+            sched_yield();
+        r->entries[tail % RING_SLOTS] = (ring_entry){block, size};
+        atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+    }
+    p->producer_timed.end = hb_now();
+    p->producer_checksum = checksum;
+    return NULL;
+}
+
+static void *run_consumer(void *arg) {
+    pair *p = arg;
+    ring *r = p->ring;
+    uint64_t checksum = HB_CHECKSUM_INIT;
+    pthread_barrier_wait(p->start_line);
+    p->consumer_timed.start = hb_now();
+    for (uint64_t i = 0; i < p->count; i++) {
+        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+        while (atomic_load_explicit(&r->tail, memory_order_acquire) == head)
+            sched_yield();
+        ring_entry entry = r->entries[head % RING_SLOTS];
+        atomic_store_explicit(&r->head, head + 1, memory_order_release);
+        hb_verify_block(entry.block, entry.size, hb_block_tag(i));
+        free(entry.block);
+        /* The size as received: a lost or reordered block changes the checksum. */
+        hb_checksum_add(&checksum, hb_free_event(i % RING_SLOTS) | entry.size);
+    }
+    p->consumer_timed.end = hb_now();
+    p->consumer_checksum = checksum;
+    return NULL;
+}
+
+static void start_thread(pthread_t *thread, void *(*fn)(void *), void *arg) {
+    int err = pthread_create(thread, NULL, fn, arg);
+    if (err) hb_runtime_error("pthread_create: %s", strerror(err));
+}
+
+int main(int argc, char **argv) {
+    hb_init("bench_xthread", usage);
+    uint64_t pairs = 0, count = 0, min_size = 16, max_size = 1024, seed = 1;
+    hb_option opts[] = {
+        {"--pairs", HB_OPT_U64, &pairs, true, false},
+        {"--count", HB_OPT_U64, &count, true, false},
+        {"--min", HB_OPT_U64, &min_size, false, false},
+        {"--max", HB_OPT_U64, &max_size, false, false},
+        {"--seed", HB_OPT_U64, &seed, false, false},
+    };
+    hb_parse_flags(argc, argv, opts, sizeof opts / sizeof opts[0]);
+    hb_check_range("--pairs", pairs, 1, 512);
+    hb_check_size_range(min_size, max_size);
+
+    pair *pairs_arr = calloc(pairs, sizeof *pairs_arr);
+    ring *rings = aligned_alloc(64, pairs * sizeof *rings);
+    pthread_barrier_t start_line;
+    if (!pairs_arr || !rings || pthread_barrier_init(&start_line, NULL, (unsigned)(2 * pairs)) != 0)
+        hb_runtime_error("cannot set up %" PRIu64 " pairs", pairs);
+    for (uint64_t i = 0; i < pairs; i++) {
+        atomic_init(&rings[i].head, 0);
+        atomic_init(&rings[i].tail, 0);
+        pairs_arr[i] = (pair){.start_line = &start_line,
+                              .ring = &rings[i],
+                              .count = count,
+                              .min_size = min_size,
+                              .max_size = max_size,
+                              .seed = seed + i};
+        start_thread(&pairs_arr[i].producer, run_producer, &pairs_arr[i]);
+        start_thread(&pairs_arr[i].consumer, run_consumer, &pairs_arr[i]);
+    }
+
+    for (uint64_t i = 0; i < pairs; i++) {
+        pthread_join(pairs_arr[i].producer, NULL);
+        pthread_join(pairs_arr[i].consumer, NULL);
+    }
+
+    hb_interval timed = pairs_arr[0].producer_timed;
+    uint64_t checksum_sum = 0;
+    for (uint64_t i = 0; i < pairs; i++) {
+        timed = hb_interval_union(timed, pairs_arr[i].producer_timed);
+        timed = hb_interval_union(timed, pairs_arr[i].consumer_timed);
+        checksum_sum += hb_checksum_finish(pairs_arr[i].producer_checksum) +
+                        hb_checksum_finish(pairs_arr[i].consumer_checksum);
+    }
+    pthread_barrier_destroy(&start_line);
+    free(rings);
+    free(pairs_arr);
+
+    hb_print_result(2 * pairs * count, timed.end - timed.start, hb_checksum_finish(checksum_sum));
+    printf("pairs=%" PRIu64 "\ncount=%" PRIu64 "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64
+           "\nthreads=%" PRIu64 "\n",
+           pairs, count, min_size, max_size, seed, 2 * pairs);
+    hb_flush_stdout();
+    return 0;
+}

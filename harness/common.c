@@ -1,0 +1,290 @@
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *program_name = "bench";
+static const char *usage_text = "";
+
+void hb_init(const char *name, const char *usage) {
+    program_name = name;
+    usage_text = usage;
+}
+
+static void print_error_line(const char *fmt, va_list ap, const char *suffix) {
+    fprintf(stderr, "%s: ", program_name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "%s\n", suffix);
+}
+
+void hb_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(fmt, ap, " (see --help)");
+    va_end(ap);
+    exit(HB_EXIT_USAGE);
+}
+
+void hb_runtime_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error_line(fmt, ap, "");
+    va_end(ap);
+    exit(HB_EXIT_RUNTIME);
+}
+
+/* ---- numbers ---- */
+
+static bool all_digits(const char *text) {
+    if (*text == '\0') return false;
+    for (const char *c = text; *c; c++)
+        if (*c < '0' || *c > '9') return false;
+    return true;
+}
+
+uint64_t hb_parse_u64(const char *what, const char *text) {
+    /* strtoull alone accepts "-1" (wrapping), leading spaces and "+": check digits first. */
+    if (!all_digits(text)) hb_usage_error("%s: '%s' is not a non-negative integer", what, text);
+    errno = 0;
+    char *end = NULL;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno == ERANGE || *end != '\0') hb_usage_error("%s: '%s' is out of range", what, text);
+    return (uint64_t)value;
+}
+
+/* Digits with at most one '.': no sign, exponent, hex, inf or nan. */
+static bool plain_decimal(const char *text) {
+    bool seen_digit = false, seen_dot = false;
+    for (const char *c = text; *c; c++) {
+        if (*c >= '0' && *c <= '9')
+            seen_digit = true;
+        else if (*c == '.' && !seen_dot)
+            seen_dot = true;
+        else
+            return false;
+    }
+    return seen_digit;
+}
+
+double hb_parse_nonneg_double(const char *what, const char *text) {
+    if (!plain_decimal(text))
+        hb_usage_error("%s: '%s' is not a non-negative decimal number", what, text);
+    errno = 0;
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (errno == ERANGE || *end != '\0' || !isfinite(value))
+        hb_usage_error("%s: '%s' is out of range", what, text);
+    return value;
+}
+
+void hb_check_range(const char *what, uint64_t value, uint64_t lo, uint64_t hi) {
+    if (value < lo || value > hi)
+        hb_usage_error("%s must be in [%" PRIu64 ", %" PRIu64 "], got %" PRIu64, what, lo, hi,
+                       value);
+}
+
+void hb_check_size_range(uint64_t min_size, uint64_t max_size) {
+    hb_check_range("--min", min_size, 1, HB_MAX_BLOCK_SIZE);
+    hb_check_range("--max", max_size, 1, HB_MAX_BLOCK_SIZE);
+    if (min_size > max_size)
+        hb_usage_error("--min (%" PRIu64 ") is greater than --max (%" PRIu64 ")", min_size,
+                       max_size);
+}
+
+/* ---- flags ---- */
+
+static hb_option *find_option(hb_option *opts, size_t n_opts, const char *flag, size_t len) {
+    for (size_t i = 0; i < n_opts; i++)
+        if (strlen(opts[i].flag) == len && strncmp(opts[i].flag, flag, len) == 0) return &opts[i];
+    return NULL;
+}
+
+void hb_parse_flags(int argc, char **argv, hb_option *opts, size_t n_opts) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage_text, stdout);
+            exit(0);
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) hb_usage_error("unexpected argument '%s'", arg);
+        const char *eq = strchr(arg, '=');
+        size_t flag_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        hb_option *opt = find_option(opts, n_opts, arg, flag_len);
+        if (!opt) hb_usage_error("unknown option '%.*s'", (int)flag_len, arg);
+        if (opt->seen) hb_usage_error("%s given twice", opt->flag);
+        const char *value;
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) hb_usage_error("%s needs a value", opt->flag);
+            value = argv[++i];
+        }
+        opt->seen = true;
+        if (opt->kind == HB_OPT_U64)
+            *(uint64_t *)opt->target = hb_parse_u64(opt->flag, value);
+        else
+            *(double *)opt->target = hb_parse_nonneg_double(opt->flag, value);
+    }
+    for (size_t i = 0; i < n_opts; i++)
+        if (opts[i].required && !opts[i].seen)
+            hb_usage_error("missing required option %s", opts[i].flag);
+}
+
+/* ---- blocks ---- */
+
+void hb_fill_block(unsigned char *block, uint64_t size, unsigned char tag) {
+    block[0] = tag;
+    block[size - 1] = tag;
+}
+
+void hb_verify_block(const unsigned char *block, uint64_t size, unsigned char tag) {
+    if (block[0] != tag || block[size - 1] != tag)
+        hb_runtime_error("block of %" PRIu64 " bytes at %p was overwritten while live", size,
+                         (const void *)block);
+}
+
+/* ---- extra work ---- */
+
+static volatile uint64_t extra_work_sink;
+
+void hb_extra_work_init(hb_extra_work *work, double units) {
+    work->units_q16 = (uint64_t)llround(units * 65536.0);
+    work->carry_q16 = 0;
+    work->chain = 1;
+}
+
+double hb_extra_work_units(const hb_extra_work *work) {
+    return (double)work->units_q16 / 65536.0;
+}
+
+void hb_extra_work_finish(const hb_extra_work *work) {
+    extra_work_sink = work->chain;
+}
+
+/* ---- random-mixed core ---- */
+
+static void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count, size);
+    if (!p) hb_runtime_error("cannot allocate %zu x %zu bytes for the working set", count, size);
+    return p;
+}
+
+void hb_mixed_init(hb_mixed *mixed, uint64_t ws, uint64_t min_size, uint64_t max_size,
+                   uint64_t seed) {
+    mixed->ws = ws;
+    mixed->min_size = min_size;
+    mixed->max_size = max_size;
+    mixed->blocks = xcalloc(ws, sizeof *mixed->blocks);
+    mixed->sizes = xcalloc(ws, sizeof *mixed->sizes);
+    hb_rng_seed(&mixed->rng, seed);
+    mixed->checksum = HB_CHECKSUM_INIT;
+}
+
+void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
+    unsigned char **blocks = mixed->blocks;
+    uint32_t *sizes = mixed->sizes;
+    const uint64_t ws = mixed->ws, min_size = mixed->min_size;
+    const uint64_t size_span = mixed->max_size - min_size + 1;
+    /* Locals, not fields: their addresses never escape, so they stay in registers across
+     * the malloc and free calls. */
+    hb_rng rng = mixed->rng;
+    uint64_t checksum = mixed->checksum;
+    hb_extra_work local_work = *work;
+    for (uint64_t i = 0; i < iterations; i++) {
+        uint64_t slot = hb_rng_below(&rng, ws);
+        unsigned char *block = blocks[slot];
+        if (block) {
+            hb_verify_block(block, sizes[slot], hb_block_tag(slot));
+            free(block);
+            blocks[slot] = NULL;
+            hb_checksum_add(&checksum, hb_free_event(slot));
+        } else {
+            uint64_t size = min_size + hb_rng_below(&rng, size_span);
+            block = malloc(size);
+            if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
+            hb_fill_block(block, size, hb_block_tag(slot));
+            blocks[slot] = block;
+            sizes[slot] = (uint32_t)size;
+            hb_checksum_add(&checksum, hb_malloc_event(slot, size));
+        }
+        hb_extra_work_op(&local_work);
+    }
+    *work = local_work;
+    mixed->rng = rng;
+    mixed->checksum = checksum;
+}
+
+void hb_mixed_destroy(hb_mixed *mixed) {
+    for (uint64_t slot = 0; slot < mixed->ws; slot++)
+        free(mixed->blocks[slot]);
+    free(mixed->blocks);
+    free(mixed->sizes);
+    mixed->blocks = NULL;
+    mixed->sizes = NULL;
+}
+
+/* ---- timing and output ---- */
+
+double hb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+long hb_rss_kb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    long size_pages = 0, resident_pages = -1;
+    if (fscanf(f, "%ld %ld", &size_pages, &resident_pages) != 2) resident_pages = -1;
+    fclose(f);
+    if (resident_pages < 0) return -1;
+    return resident_pages * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The object `malloc` really resolves to, so a run proves which allocator it used. When
+ * malloc lives in the executable itself (the *_hakmem twins), name the executable. */
+static void print_malloc_impl(void) {
+    void *malloc_addr = dlsym(RTLD_DEFAULT, "malloc");
+    Dl_info malloc_info, self_info;
+    if (!malloc_addr || !dladdr(malloc_addr, &malloc_info) || !malloc_info.dli_fname) {
+        printf("malloc_impl=unknown\n");
+        return;
+    }
+    bool in_executable = dladdr((void *)&hb_print_result, &self_info) &&
+                         self_info.dli_fbase == malloc_info.dli_fbase;
+    const char *object = in_executable ? "/proc/self/exe" : malloc_info.dli_fname;
+    char path[PATH_MAX];
+    printf("malloc_impl=%s\n", realpath(object, path) ? path : object);
+}
+
+uint64_t hb_rate(uint64_t ops, double seconds) {
+    return seconds > 0 ? (uint64_t)((double)ops / seconds) : 0;
+}
+
+void hb_print_result(uint64_t ops, double seconds, uint64_t checksum) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    printf("Throughput = %" PRIu64 " ops/s\n", hb_rate(ops, seconds));
+    printf("ops=%" PRIu64 "\n", ops);
+    printf("seconds=%.6f\n", seconds);
+    printf("checksum=%016" PRIx64 "\n", checksum);
+    printf("maxrss_kb=%ld\n", usage.ru_maxrss);
+    print_malloc_impl();
+}
+
+void hb_flush_stdout(void) {
+    if (fflush(stdout) != 0) hb_runtime_error("cannot write to stdout");
+}

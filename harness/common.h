@@ -1,0 +1,189 @@
+/* Shared pieces of the harness programs: strict argument parsing, the seeded PRNG, the
+ * op-sequence checksum, timing, extra work, the random-mixed core loop and the stdout
+ * contract (`Throughput = N ops/s` then key=value lines). Every program links common.o so
+ * that the same logic exists once and behaves identically under every allocator. */
+#ifndef HARNESS_COMMON_H
+#define HARNESS_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit statuses: 0 success, 1 runtime failure (malloc returned NULL, corruption, thread
+ * start failed), 2 bad arguments. */
+enum { HB_EXIT_RUNTIME = 1, HB_EXIT_USAGE = 2 };
+
+/* Sizes are kept in 32-bit slots; 1 GiB is far beyond anything a benchmark here needs. */
+#define HB_MAX_BLOCK_SIZE (1ull << 30)
+/* Slot numbers go into bits 32..62 of a checksum event; 64 Mi slots is already 768 MiB. */
+#define HB_MAX_WORKING_SET (1ull << 26)
+
+/* ---- errors and argument parsing ---- */
+
+/* Set once in main: the program name used as prefix of every error line, and the usage
+ * text printed by --help. */
+void hb_init(const char *program_name, const char *usage);
+
+/* One line on stderr `bench_xxx: <message> (see --help)`, exit status 2. */
+_Noreturn void hb_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One line on stderr `bench_xxx: <message>`, exit status 1. */
+_Noreturn void hb_runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+typedef enum { HB_OPT_U64, HB_OPT_DOUBLE } hb_option_kind;
+
+typedef struct {
+    const char *flag; /* "--ws" */
+    hb_option_kind kind;
+    void *target; /* uint64_t * or double *, holding the default on entry */
+    bool required;
+    bool seen; /* set by hb_parse_flags */
+} hb_option;
+
+/* Parses `--flag value` and `--flag=value` against opts; handles --help (usage on stdout,
+ * exit 0). Unknown, repeated, valueless or missing required flags, stray positional
+ * arguments and malformed numbers are usage errors. */
+void hb_parse_flags(int argc, char **argv, hb_option *opts, size_t n_opts);
+
+/* Strict numbers: decimal digits only (no sign, no spaces, no trailing garbage), must fit.
+ * `what` names the flag or variable in the error message. */
+uint64_t hb_parse_u64(const char *what, const char *text);
+double hb_parse_nonneg_double(const char *what, const char *text);
+
+void hb_check_range(const char *what, uint64_t value, uint64_t lo, uint64_t hi);
+/* min >= 1, max <= HB_MAX_BLOCK_SIZE, min <= max. */
+void hb_check_size_range(uint64_t min_size, uint64_t max_size);
+
+/* ---- PRNG: xorshift64*, seeded through splitmix64 so that any seed (even 0) works ---- */
+
+typedef struct {
+    uint64_t state;
+} hb_rng;
+
+static inline uint64_t hb_mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static inline void hb_rng_seed(hb_rng *rng, uint64_t seed) {
+    uint64_t s = hb_mix64(seed + 0x9e3779b97f4a7c15ull);
+    rng->state = s ? s : 0x9e3779b97f4a7c15ull;
+}
+
+static inline uint64_t hb_rng_next(hb_rng *rng) {
+    uint64_t x = rng->state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng->state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Uniform in [0, n) by multiply-high: no division on the hot path. */
+static inline uint64_t hb_rng_below(hb_rng *rng, uint64_t n) {
+    return (uint64_t)(((unsigned __int128)hb_rng_next(rng) * n) >> 64);
+}
+
+/* ---- checksum of the op sequence (sizes and slot choices, never pointers) ---- */
+
+#define HB_CHECKSUM_INIT 0xcbf29ce484222325ull
+
+static inline void hb_checksum_add(uint64_t *checksum, uint64_t event) {
+    *checksum = (*checksum ^ event) * 0x100000001b3ull;
+}
+
+/* Op events: the kind in the top bit, the slot (or index) and the size below it. */
+static inline uint64_t hb_malloc_event(uint64_t slot, uint64_t size) {
+    return (1ull << 63) | (slot << 32) | size;
+}
+static inline uint64_t hb_free_event(uint64_t slot) {
+    return slot << 32;
+}
+
+/* Threaded programs: sum of finalised per-thread checksums, so thread order never matters. */
+static inline uint64_t hb_checksum_finish(uint64_t checksum) {
+    return hb_mix64(checksum);
+}
+
+/* ---- block contents: written after malloc, verified before free ---- */
+
+static inline unsigned char hb_block_tag(uint64_t slot) {
+    return (unsigned char)(slot * 131u + 7u);
+}
+void hb_fill_block(unsigned char *block, uint64_t size, unsigned char tag);
+/* Exits with a runtime error when the first or last byte was overwritten. */
+void hb_verify_block(const unsigned char *block, uint64_t size, unsigned char tag);
+
+/* ---- extra work: a dependent multiply chain, N units per op, N fractional ---- */
+
+typedef struct {
+    uint64_t units_q16; /* N in 16.16 fixed point */
+    uint64_t carry_q16; /* dithering remainder, so the mean over ops is exactly units_q16 */
+    uint64_t chain;
+} hb_extra_work;
+
+void hb_extra_work_init(hb_extra_work *work, double units);
+double hb_extra_work_units(const hb_extra_work *work);
+/* Publishes the chain value so the compiler must compute it. */
+void hb_extra_work_finish(const hb_extra_work *work);
+
+static inline void hb_extra_work_op(hb_extra_work *work) {
+    uint64_t total = work->carry_q16 + work->units_q16;
+    uint64_t rounds = total >> 16;
+    work->carry_q16 = total & 0xffff;
+    uint64_t m = work->chain;
+    for (uint64_t i = 0; i < rounds; i++) {
+        m = m * 0x9e3779b97f4a7c15ull + 1;
+        __asm__ volatile("" : "+r"(m));
+    }
+    work->chain = m;
+}
+
+/* ---- the random-mixed core shared by random_mixed, mid_large_mt and soak ---- */
+
+typedef struct {
+    uint64_t ws;
+    uint64_t min_size, max_size;
+    unsigned char **blocks; /* NULL = empty slot */
+    uint32_t *sizes;
+    hb_rng rng;
+    uint64_t checksum;
+} hb_mixed;
+
+void hb_mixed_init(hb_mixed *mixed, uint64_t ws, uint64_t min_size, uint64_t max_size,
+                   uint64_t seed);
+/* Runs `iterations` iterations (one op each: free an occupied slot or fill an empty one),
+ * each followed by the extra work (zero units cost one predictable branch). */
+void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work);
+/* Frees every live block and the slot arrays (not part of the timed region). */
+void hb_mixed_destroy(hb_mixed *mixed);
+
+/* ---- timing and output ---- */
+
+double hb_now(void);  /* CLOCK_MONOTONIC seconds */
+long hb_rss_kb(void); /* current resident set from /proc/self/statm, -1 if unreadable */
+
+/* Threaded programs: every thread stamps its own start (after the start barrier) and end; the
+ * timed region runs from the earliest start to the latest end. The main thread's clock would
+ * be wrong whenever it is descheduled after the barrier (more threads than cores). */
+typedef struct {
+    double start, end;
+} hb_interval;
+
+static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
+    return (hb_interval){a.start < b.start ? a.start : b.start, a.end > b.end ? a.end : b.end};
+}
+
+/* ops per second as an integer; 0 when no time passed (an empty run). */
+uint64_t hb_rate(uint64_t ops, double seconds);
+
+/* Prints `Throughput = N ops/s`, ops=, seconds=, checksum=, maxrss_kb=, malloc_impl=.
+ * The program prints its own key=value lines after it and then calls hb_flush_stdout. */
+void hb_print_result(uint64_t ops, double seconds, uint64_t checksum);
+/* Flushes stdout; a failed write (closed pipe, full disk) is a runtime error. */
+void hb_flush_stdout(void);
+
+#endif

@@ -1,0 +1,35 @@
+# Harness programs: build/bench/<name> (allocator chosen by LD_PRELOAD) and, once the
+# allocator sources exist, build/bench/<name>_hakmem (libhakmem.a linked in).
+HARNESS_PROGRAMS := bench_random_mixed bench_tiny_hot bench_mid_large_mt bench_xthread bench_soak
+HARNESS_BIN := $(BUILD)/bench
+HARNESS_OBJ := $(BUILD)/harness
+# -fno-builtin-malloc/free: gcc must not elide or merge the allocations being measured.
+HARNESS_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror=implicit-function-declaration -pthread \
+                  -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc
+HARNESS_LDLIBS := -pthread -ldl -lm
+
+HARNESS_PLAIN := $(addprefix $(HARNESS_BIN)/,$(HARNESS_PROGRAMS))
+HARNESS_TWINS := $(addsuffix _hakmem,$(HARNESS_PLAIN))
+HARNESS_TARGETS := $(HARNESS_PLAIN)
+ifneq ($(wildcard allocator/src/*.c),)
+HARNESS_TARGETS += $(HARNESS_TWINS)
+endif
+
+.PHONY: harness
+harness: $(HARNESS_TARGETS)
+
+$(HARNESS_OBJ)/%.o: harness/%.c harness/common.h
+	@mkdir -p $(@D)
+	$(CC) $(HARNESS_CFLAGS) -c -o $@ $<
+
+$(HARNESS_PLAIN): $(HARNESS_BIN)/%: $(HARNESS_OBJ)/%.o $(HARNESS_OBJ)/common.o
+	@mkdir -p $(@D)
+	$(CC) $(HARNESS_CFLAGS) -o $@ $^ $(HARNESS_LDLIBS)
+
+# --whole-archive: take every allocator entry point (free, calloc, memalign, ...), not only
+# the ones the harness names; -rdynamic exports them so libc's own calls reach them too.
+$(HARNESS_TWINS): $(HARNESS_BIN)/%_hakmem: $(HARNESS_OBJ)/%.o $(HARNESS_OBJ)/common.o \
+                  $(BUILD)/fast/libhakmem.a
+	@mkdir -p $(@D)
+	$(CC) $(HARNESS_CFLAGS) -rdynamic -o $@ $(filter %.o,$^) \
+	  -Wl,--whole-archive $(BUILD)/fast/libhakmem.a -Wl,--no-whole-archive $(HARNESS_LDLIBS)
