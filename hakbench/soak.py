@@ -1,0 +1,642 @@
+"""Soak runs (issue #7): one long ``bench_soak`` process per allocator/profile, sampled per epoch.
+
+Each epoch line the harness prints is paired with the kernel's view of the process read the
+moment the line arrives (VmRSS, VmHWM, RssAnon from ``/proc/PID/status``; minflt, majflt
+from ``/proc/PID/stat``). At the end come the allocator's own counters (libhakmem's
+``SS_OS_STATS``) and, on a short separate pass under ``strace -c`` so the soak's timing is
+not disturbed, the syscall budget. Runs go one after another, never two at once: two soaks
+sharing two cores would measure each other.
+
+A crash or Ctrl-C ends the run early but keeps its epochs; the run records why it ended.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hakbench import paths, soakstats
+from hakbench.allocators import Allocator, resolve_allocator
+from hakbench.collect.allocstats import parse_alloc_stats
+from hakbench.collect.harness import parse_epoch_line, parse_harness_output
+from hakbench.errors import UsageError
+from hakbench.meta import collect_meta
+from hakbench.procenv import clean_env
+from hakbench.profiles import load_options, resolve_profile, resolve_workload, validate_env
+
+SOAK_PROGRAM = "bench_soak"
+EPOCH_COLUMNS = (
+    "allocator",
+    "profile",
+    "t",
+    "epoch",
+    "ops",
+    "ops_s",
+    "rss_kb",
+    "hwm_kb",
+    "anon_kb",
+    "minflt",
+    "majflt",
+    "harness_rss_kb",
+)
+TRACED_SYSCALLS = ("mmap", "munmap", "madvise", "brk", "mremap")
+# libhakmem's OS counters (always compiled in) -> the syscall each one counts.
+HAKMEM_SYSCALL_COUNTERS = {"mmap": "mmap_total", "munmap": "munmap", "madvise": "madvise"}
+STDERR_TAIL_LINES = 20
+# After SIGTERM the harness prints its summary and exits; give it this long before SIGKILL.
+TERM_GRACE_S = 10.0
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """``20s``, ``10m``, ``1h``, ``500ms`` or a bare number of seconds -> seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise UsageError(f"bad duration '{text}'; use e.g. 20s, 10m, 1h")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+# ---- the kernel's view of a process ----
+
+
+def parse_proc_status(text: str) -> dict:
+    """``/proc/PID/status`` -> ``{"rss_kb", "hwm_kb", "anon_kb"}`` (None when absent)."""
+    wanted = {"VmRSS": "rss_kb", "VmHWM": "hwm_kb", "RssAnon": "anon_kb"}
+    out = dict.fromkeys(wanted.values())
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in wanted:
+            out[wanted[key]] = int(rest.split()[0])
+    return out
+
+
+def parse_proc_stat(text: str) -> dict:
+    """``/proc/PID/stat`` -> ``{"minflt", "majflt"}``.
+
+    The command name (field 2) may hold spaces and parentheses, so fields are counted from
+    the last ``)``: field 3 (state) is the first after it, minflt is field 10, majflt 12.
+    """
+    rest = text[text.rindex(")") + 1 :].split()
+    return {"minflt": int(rest[7]), "majflt": int(rest[9])}
+
+
+def read_proc(pid: int) -> dict:
+    """The kernel's view of ``pid`` now; every value None once the process is gone."""
+    out = {"rss_kb": None, "hwm_kb": None, "anon_kb": None, "minflt": None, "majflt": None}
+    try:
+        out.update(parse_proc_status(Path(f"/proc/{pid}/status").read_text()))
+        out.update(parse_proc_stat(Path(f"/proc/{pid}/stat").read_text()))
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+# ---- what runs ----
+
+
+@dataclass(frozen=True)
+class SoakTarget:
+    """One allocator (and, for hakmem, one profile) soaked by one process."""
+
+    allocator: Allocator
+    profile: str | None
+    env: dict  # the profile's HAKMEM_* values; empty for references
+    binary: Path
+    args: tuple[str, ...]  # the workload's arguments; epochs and leak are added per run
+
+    @property
+    def label(self) -> str:
+        return f"{self.allocator.label} {self.profile}" if self.profile else self.allocator.label
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    rss_drift_pct: float = 5.0  # RSS drift must stay <= this
+    ops_drift_pct: float = -5.0  # ops/s drift must stay >= this
+    cv_pct: float = 2.0  # ops/s CV across epochs must stay <= this
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    targets: tuple[SoakTarget, ...]
+    epochs: int
+    epoch_ms: int
+    warmup_epochs: int
+    leak_kb_per_s: int = 0
+    syscall_pass_s: float = 10.0
+    thresholds: Thresholds = Thresholds()
+    workload: str = "soak"
+
+    @property
+    def duration_s(self) -> float:
+        return self.epochs * self.epoch_ms / 1000.0
+
+
+def default_warmup_epochs(epochs: int) -> int:
+    """5 % of the epochs, at least one: heaps grow and caches fill in the first epochs."""
+    return max(1, round(epochs * 0.05))
+
+
+def plan_epochs(duration_s: float, epoch_s: float) -> tuple[int, int]:
+    """(number of epochs, epoch length in ms) for a soak of ``duration_s``."""
+    epoch_ms = round(epoch_s * 1000)
+    if epoch_ms < 10:
+        raise UsageError(f"epoch {epoch_s:g}s is too short; use at least 10ms")
+    if duration_s < epoch_s:
+        raise UsageError(f"duration {duration_s:g}s is shorter than one epoch ({epoch_s:g}s)")
+    return max(1, round(duration_s / epoch_s)), epoch_ms
+
+
+def plan_targets(
+    allocators: Sequence[str],
+    profiles: Sequence[str],
+    workload: str = "soak",
+    build: Path | None = None,
+) -> tuple[SoakTarget, ...]:
+    """Resolve names to targets: hakmem once per profile, every reference once.
+
+    Unknown or unbuilt allocators, unknown profiles, profile values the options table
+    rejects and a workload that is not a bench_soak program are UsageErrors (exit 2).
+    """
+    wl = resolve_workload(workload)
+    if wl.program != SOAK_PROGRAM:
+        raise UsageError(f"workload '{wl.name}' runs {wl.program}; a soak needs {SOAK_PROGRAM}")
+    binary = paths.bench_binary(SOAK_PROGRAM, build=build)
+    if not binary.exists():
+        raise UsageError(f"{binary} not built (run `make harness`)")
+    options = None
+    if paths.options_binary(build).exists():
+        options = load_options(paths.options_binary(build))
+    targets = []
+    for name in dict.fromkeys(allocators):
+        alloc = resolve_allocator(name, build=build)
+        if not alloc.available:
+            raise UsageError(f"allocator {alloc.label}: {alloc.missing_reason}")
+        if alloc.name != "hakmem":
+            targets.append(SoakTarget(alloc, None, {}, binary, wl.args))
+            continue
+        for pname in dict.fromkeys(p.upper() for p in profiles):
+            prof = resolve_profile(pname)
+            if options is not None:
+                validate_env(prof.env, options, where=f"profile {prof.name}")
+            targets.append(SoakTarget(alloc, prof.name, dict(prof.env), binary, wl.args))
+    return tuple(targets)
+
+
+# ---- one soak process ----
+
+
+@dataclass
+class SoakRun:
+    target: SoakTarget
+    epochs: list[dict] = field(default_factory=list)
+    status: str = "running"  # complete | crashed | interrupted | timeout | wrong_allocator
+    cause: str | None = None
+    returncode: int | None = None
+    stderr_tail: str = ""
+    harness: dict = field(default_factory=dict)
+    alloc_stats: dict = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    pid: int | None = None
+    syscall_budget: list[dict] = field(default_factory=list)
+
+    @property
+    def total_ops(self) -> int:
+        ops = self.harness.get("ops")
+        return int(ops) if isinstance(ops, int) else sum(int(e["ops"] or 0) for e in self.epochs)
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _soak_env(target: SoakTarget, stats_file: Path | None) -> dict:
+    env = dict(target.env)
+    if stats_file is not None:
+        # OS counters are always compiled in, so the timed fast build reports them too.
+        env["HAKMEM_SS_OS_STATS"] = "1"
+        env["HAKMEM_STATS_FILE"] = str(stats_file)
+    return env
+
+
+def _soak_args(target: SoakTarget, epochs: int, epoch_ms: int, leak_kb_per_s: int) -> list[str]:
+    argv = [str(target.binary), *target.args, "--epochs", str(epochs), "--epoch-ms", str(epoch_ms)]
+    if leak_kb_per_s:
+        argv += ["--leak-kb-per-s", str(leak_kb_per_s)]
+    return argv
+
+
+class _StderrTail(threading.Thread):
+    """Drains the child's stderr (so it never blocks on a full pipe), keeping all of it."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.lines: list[str] = []
+
+    def run(self):
+        for line in self.stream:
+            self.lines.append(line)
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM (the harness prints its summary and exits), SIGKILL if it lingers.
+
+    Never blocks: it may run inside a signal handler or a timer thread.
+    """
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    killer = threading.Timer(TERM_GRACE_S, lambda: proc.poll() is None and proc.kill())
+    killer.daemon = True
+    killer.start()
+
+
+class StopRequest:
+    """Ctrl-C during a soak: stop the running soak process gently and end the soak after it.
+
+    While active (a ``with`` block in the main thread) SIGINT sets ``received`` and sends
+    SIGTERM to the child instead of raising KeyboardInterrupt at some random line, so the
+    epochs so far, the harness's summary and the allocator's exit stats are all kept. (On a
+    terminal the child gets the SIGINT itself too; it exits cleanly either way.)
+    """
+
+    def __init__(self):
+        self.received: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        self.received = signal.Signals(signum).name
+        if self.proc is not None:
+            _terminate(self.proc)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        return False
+
+
+def run_target(
+    target: SoakTarget,
+    *,
+    epochs: int,
+    epoch_ms: int,
+    leak_kb_per_s: int = 0,
+    on_epoch: Callable[[SoakRun, dict], None] | None = None,
+    stop: StopRequest | None = None,
+) -> SoakRun:
+    """Run one soak process to the end (or its crash, or Ctrl-C) and return what it showed.
+
+    Never raises for a failed process. A Ctrl-C seen by ``stop`` ends the run with status
+    ``interrupted``; the caller then stops the soak.
+    """
+    stop = stop or StopRequest()
+    run = SoakRun(target)
+    with tempfile.TemporaryDirectory(prefix="hakbench-soak-") as tmp:
+        stats_file = Path(tmp) / "stats.txt" if target.allocator.name == "hakmem" else None
+        run.argv = _soak_args(target, epochs, epoch_ms, leak_kb_per_s)
+        env = clean_env(_soak_env(target, stats_file), target.allocator.preload)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            run.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        run.pid = proc.pid
+        stop.proc = proc
+        stderr = _StderrTail(proc.stderr)
+        stderr.start()
+        # A hung process must not hang the soak: the harness has its own clock, this is a net.
+        limit_s = epochs * epoch_ms / 1000.0 * 1.5 + 60.0
+        timed_out = threading.Event()
+
+        def on_timeout():
+            timed_out.set()
+            _terminate(proc)
+
+        watchdog = threading.Timer(limit_s, on_timeout)
+        watchdog.daemon = True
+        watchdog.start()
+        stdout_lines: list[str] = []
+        try:
+            for line in proc.stdout:
+                epoch = parse_epoch_line(line)
+                if epoch is None:
+                    stdout_lines.append(line)
+                    continue
+                # Read /proc first, while the line is fresh: the epoch and the kernel's view
+                # must describe the same moment.
+                kernel = read_proc(proc.pid)
+                row = _epoch_row(target, epoch, kernel)
+                run.epochs.append(row)
+                if on_epoch is not None:
+                    on_epoch(run, row)
+            run.returncode = proc.wait()
+        finally:
+            watchdog.cancel()
+            stop.proc = None
+            if run.returncode is None:  # on_epoch raised: do not leave the child running
+                _terminate(proc)
+        stderr.join(TERM_GRACE_S)
+        run.wall_s = time.monotonic() - started
+        stderr_text = "".join(stderr.lines)
+        run.stderr_tail = "".join(stderr.lines[-STDERR_TAIL_LINES:])
+        run.harness = parse_harness_output("".join(stdout_lines))
+        stats_text = stats_file.read_text() if stats_file and stats_file.exists() else ""
+        run.alloc_stats = parse_alloc_stats(stats_text) or parse_alloc_stats(stderr_text)
+    _judge_end(run, epochs, stop.received, timed_out.is_set())
+    return run
+
+
+def _epoch_row(target: SoakTarget, epoch: dict, kernel: dict) -> dict:
+    return {
+        "allocator": target.allocator.label,
+        "profile": target.profile or "",
+        "t": epoch.get("t"),
+        "epoch": epoch.get("epoch"),
+        "ops": epoch.get("ops"),
+        "ops_s": epoch.get("ops_s"),
+        **kernel,
+        "harness_rss_kb": epoch.get("rss_kb"),
+    }
+
+
+def _judge_end(run: SoakRun, planned: int, interrupted: str | None, timed_out: bool) -> None:
+    """Set ``status`` and a one-line ``cause`` from how the process ended."""
+    rc = run.returncode
+    seen = f"after {len(run.epochs)} of {planned} epochs"
+    if interrupted:
+        run.status, run.cause = "interrupted", f"interrupted by Ctrl-C ({interrupted}) {seen}"
+    elif timed_out:
+        run.status, run.cause = "timeout", f"did not finish in time and was stopped {seen}"
+    elif rc is not None and rc < 0:
+        run.status, run.cause = "crashed", f"killed by {signal_name(rc)} {seen}"
+    elif rc:
+        run.status, run.cause = "crashed", f"exited with status {rc} {seen}"
+    elif run.harness.get("throughput") is None:
+        run.status, run.cause = "crashed", f"exited without its summary line {seen}"
+    elif len(run.epochs) < planned:
+        run.status, run.cause = "crashed", f"exited early {seen}"
+    else:
+        impl = str(run.harness.get("malloc_impl", ""))
+        expect = run.target.allocator.expect_impl
+        if expect not in impl:
+            run.status = "wrong_allocator"
+            run.cause = f"malloc_impl={impl or '?'} does not contain {expect}"
+        else:
+            run.status = "complete"
+
+
+# ---- the syscall budget ----
+
+
+def parse_strace_summary(text: str) -> dict[str, int]:
+    """``strace -c`` table -> ``{syscall: calls}``; strace leaves out syscalls never made."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[-1] in TRACED_SYSCALLS and f[3].isdigit():
+            counts[f[-1]] = int(f[3])
+    return counts
+
+
+def budget_row(source: str, counts: dict[str, int | None], ops: int, note: str = "") -> dict:
+    """One syscall-budget row: counts, total per op, where they came from."""
+    known = [v for v in counts.values() if v is not None]
+    total = sum(known) if known else None
+    per_op = total / ops if total is not None and ops else None
+    return {
+        "source": source,
+        **{s: counts.get(s) for s in TRACED_SYSCALLS},
+        "ops": ops,
+        "syscalls_per_op": per_op,
+        "note": note,
+    }
+
+
+def counter_budget(run: SoakRun) -> dict:
+    """libhakmem's own OS counters over the whole soak (brk: libhakmem never calls it)."""
+    group = run.alloc_stats.get("SS_OS_STATS")
+    source = "libhakmem SS_OS_STATS counters (whole soak)"
+    if group is None:
+        note = "no SS_OS_STATS line (the process died before exit, or the library printed none)"
+        return budget_row(source, {}, run.total_ops, note)
+    counts: dict[str, int | None] = {s: group.get(k) for s, k in HAKMEM_SYSCALL_COUNTERS.items()}
+    counts["brk"] = 0
+    counts["mremap"] = None
+    note = "brk: libhakmem never calls it; mremap: not counted"
+    return budget_row(source, counts, run.total_ops, note)
+
+
+def strace_budget(target: SoakTarget, seconds: float, epoch_ms: int) -> dict:
+    """Count the syscalls of a short separate run under ``strace -f -c``.
+
+    ``-E LD_PRELOAD=`` gives the allocator to the traced program only, not to strace.
+    The pass includes process start-up (the loader's own mmaps), so on a short pass it
+    overstates the steady state; the report says so.
+    """
+    pass_epoch_ms = min(epoch_ms, 1000)
+    epochs = max(1, math.ceil(seconds * 1000 / pass_epoch_ms))
+    source = f"strace -f -c pass ({epochs * pass_epoch_ms / 1000:g} s, start-up included)"
+    strace = shutil.which("strace")
+    if strace is None:
+        return budget_row(source, {}, 0, "strace not installed (run `make setup`)")
+    with tempfile.TemporaryDirectory(prefix="hakbench-strace-") as tmp:
+        out = Path(tmp) / "strace.txt"
+        argv = [strace, "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(TRACED_SYSCALLS)]
+        if target.allocator.preload is not None:
+            argv += ["-E", f"LD_PRELOAD={target.allocator.preload}"]
+        argv += _soak_args(target, epochs, pass_epoch_ms, 0)
+        try:
+            r = subprocess.run(
+                argv,
+                env=clean_env(target.env, None),
+                capture_output=True,
+                text=True,
+                timeout=epochs * pass_epoch_ms / 1000 * 5 + 60,
+            )
+        except subprocess.TimeoutExpired:
+            return budget_row(source, {}, 0, "strace pass timed out")
+        ops = parse_harness_output(r.stdout).get("ops")
+        if r.returncode != 0 or not isinstance(ops, int):
+            tail = r.stderr.strip().splitlines()[-1:] or [""]
+            return budget_row(source, {}, 0, f"strace pass failed ({r.returncode}): {tail[0]}")
+        counts = parse_strace_summary(out.read_text() if out.exists() else "")
+        return budget_row(source, {s: counts.get(s, 0) for s in TRACED_SYSCALLS}, ops)
+
+
+# ---- figures ----
+
+
+def epoch_rss_kb(row: dict) -> int | None:
+    """The kernel's VmRSS at the epoch; when the process had already exited (it may after its
+    last epoch), the harness's own reading of the same counter (/proc/self/statm)."""
+    return row["rss_kb"] if row["rss_kb"] is not None else row.get("harness_rss_kb")
+
+
+def run_figures(run: SoakRun, warmup_epochs: int, thresholds: Thresholds) -> dict:
+    """Drift, slope, CV and their verdicts over the epochs after warm-up."""
+    steady = run.epochs[warmup_epochs:]
+    rss = [(e["t"], epoch_rss_kb(e)) for e in steady if epoch_rss_kb(e) is not None]
+    ops_s = [e["ops_s"] for e in steady if e["ops_s"] is not None]
+    rss_drift = soakstats.drift_pct([v for _, v in rss])
+    ops_drift = soakstats.drift_pct(ops_s)
+    cv = soakstats.cv_pct(ops_s)
+    hwm = [e["hwm_kb"] for e in run.epochs if e["hwm_kb"] is not None]
+    last = run.epochs[-1] if run.epochs else {}
+    return {
+        "label": run.target.label,
+        "allocator": run.target.allocator.label,
+        "profile": run.target.profile,
+        "status": run.status,
+        "cause": run.cause,
+        "epochs": len(run.epochs),
+        "steady_epochs": len(steady),
+        "window_epochs": soakstats.edge_window(len(steady)) if steady else 0,
+        "rss_first_kb": rss[0][1] if rss else None,
+        "rss_last_kb": rss[-1][1] if rss else None,
+        "peak_hwm_kb": max(hwm) if hwm else None,
+        "rss_drift_pct": rss_drift,
+        "rss_slope_kib_per_h": soakstats.slope_per_hour([t for t, _ in rss], [v for _, v in rss]),
+        "ops_s_median": soakstats.median_or_none(ops_s),
+        "ops_drift_pct": ops_drift,
+        "ops_cv_pct": cv,
+        "minflt": last.get("minflt"),
+        "majflt": last.get("majflt"),
+        "total_ops": run.total_ops,
+        "wall_s": round(run.wall_s, 3),
+        "verdicts": {
+            "rss_drift": soakstats.verdict(rss_drift, thresholds.rss_drift_pct, upper=True),
+            "ops_drift": soakstats.verdict(ops_drift, thresholds.ops_drift_pct, upper=False),
+            "ops_cv": soakstats.verdict(cv, thresholds.cv_pct, upper=True),
+        },
+        "syscall_budget": run.syscall_budget,
+        "alloc_stats": run.alloc_stats,
+        "stderr_tail": run.stderr_tail if run.status != "complete" else "",
+        "argv": run.argv,
+    }
+
+
+# ---- a whole soak ----
+
+
+@dataclass
+class SoakSession:
+    plan: SoakPlan
+    out_dir: Path
+    command: str
+    runs: list[SoakRun] = field(default_factory=list)
+    interrupted: bool = False
+    skipped: list[str] = field(default_factory=list)  # labels never started (after Ctrl-C)
+    summary: dict = field(default_factory=dict)  # what summary.json holds, once written
+
+
+def run_soak(
+    plan: SoakPlan,
+    out_dir: Path,
+    command: str,
+    *,
+    on_epoch: Callable[[SoakRun, dict], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> SoakSession:
+    """Soak every target in turn, then write the results directory (also after Ctrl-C)."""
+    session = SoakSession(plan, out_dir, command)
+    with StopRequest() as stop:
+        for target in plan.targets:
+            if stop.received:
+                break
+            if on_phase:
+                on_phase(f"soak {target.label}: {plan.epochs} epochs of {plan.epoch_ms} ms")
+            run = run_target(
+                target,
+                epochs=plan.epochs,
+                epoch_ms=plan.epoch_ms,
+                leak_kb_per_s=plan.leak_kb_per_s,
+                on_epoch=on_epoch,
+                stop=stop,
+            )
+            session.runs.append(run)
+            if target.allocator.name == "hakmem":
+                run.syscall_budget.append(counter_budget(run))
+            if plan.syscall_pass_s > 0 and not stop.received:
+                if on_phase:
+                    on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
+                run.syscall_budget.append(strace_budget(target, plan.syscall_pass_s, plan.epoch_ms))
+        session.interrupted = stop.received is not None
+    done = [r.target for r in session.runs]
+    session.skipped = [t.label for t in plan.targets if t not in done]
+    session.summary = write_results(session)
+    return session
+
+
+def write_epochs_csv(path: Path, epochs: Sequence[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=EPOCH_COLUMNS)
+        w.writeheader()
+        for row in epochs:
+            w.writerow({k: "" if row.get(k) is None else row[k] for k in EPOCH_COLUMNS})
+
+
+def write_results(session: SoakSession) -> dict:
+    """epochs.csv, summary.json, meta.json, report.md and the plot; returns the summary."""
+    from hakbench.report.soak import write_report
+
+    plan = session.plan
+    out = session.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    epochs = [e for r in session.runs for e in r.epochs]
+    write_epochs_csv(out / "epochs.csv", epochs)
+    summary = {
+        "command": session.command,
+        "workload": plan.workload,
+        "epochs_planned": plan.epochs,
+        "epoch_ms": plan.epoch_ms,
+        "duration_s": plan.duration_s,
+        "warmup_epochs": plan.warmup_epochs,
+        "leak_kb_per_s": plan.leak_kb_per_s,
+        "syscall_pass_s": plan.syscall_pass_s,
+        "thresholds": vars(plan.thresholds),
+        "interrupted": session.interrupted,
+        "skipped": session.skipped,
+        "runs": [run_figures(r, plan.warmup_epochs, plan.thresholds) for r in session.runs],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    meta = collect_meta(
+        session.command,
+        kind="soak",
+        variant="fast",
+        workload=plan.workload,
+        targets=[t.label for t in plan.targets],
+        profiles={t.profile: t.env for t in plan.targets if t.profile},
+        options_validated=paths.options_binary().exists(),
+    )
+    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_report(out, summary, meta, epochs)
+    return summary
+
+
+def default_out_dir() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return paths.results_dir() / "runs" / f"{stamp}-soak"
