@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Runs the libhakmem C tests as a matrix: profiles x variants x tests, one line per
+# combination (PASS/FAIL, seconds), and exits non-zero when any combination failed.
+#
+#   run_tests.sh [--build DIR] [--profiles LIST] [--variants LIST] [--tests LIST]
+#
+#   --profiles  space-separated env profiles: `default` (no settings) or comma-joined
+#               assignments, e.g. "default HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,HAKMEM_X=1"
+#   --variants  fast stats debug asan preload   (libhakmem builds; tests.mk builds them)
+#               glibc mimalloc                  (reference runs, no libhakmem involved)
+#   --tests     test names (build/tests/<kind>/<name>) and/or preload_programs, which runs
+#               only in the preload variant (and mimalloc, against mimalloc)
+#
+# Every test process starts from a clean environment: PATH, HOME and LC_ALL, then the
+# profile's settings, then the variant's (LD_PRELOAD, stats switches) — so no stray HAKMEM_*
+# of the caller leaks in. A combination also fails when libhakmem reports an option it does
+# not know (a misspelt profile), and in the stats variant when the stats file is not in the
+# one stats format. Logs: <build>/tests/logs/<profile>/<variant>/<test>.log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+build=build
+profiles=default
+variants="fast stats debug asan preload"
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free preload_programs"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build) build=$2; shift 2 ;;
+    --profiles) profiles=$2; shift 2 ;;
+    --variants) variants=$2; shift 2 ;;
+    --tests) tests=$2; shift 2 ;;
+    *) echo "run_tests.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+mimalloc_library=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
+# How long a test may run before it counts as hung. The tests are not timed; this only turns
+# a deadlock into a failure.
+test_timeout_seconds=300
+
+# Arguments per test and variant: the sanitized build runs a smaller stress.
+test_arguments() {
+    local variant=$1 test=$2
+    case "$variant/$test" in
+    asan/test_stress) echo "6 6 20" ;;
+    debug/test_stress) echo "8 6 20" ;;
+    */test_stress) echo "8 12 40" ;;
+    asan/test_fork | debug/test_fork) echo 20 ;;
+    asan/test_large) echo 40 ;;
+    *) echo "" ;;
+    esac
+}
+
+binary_kind() {
+    case "$1" in
+    preload | glibc | mimalloc) echo dynamic ;;
+    *) echo "$1" ;;
+    esac
+}
+
+# Environment the variant adds: which allocator is preloaded, and the stats switches. Under
+# asan, libhakmem's blocks come from its own mmaps, invisible to LeakSanitizer, so leak
+# checking would only scan libc's few blocks at every exit (seconds per forked child).
+variant_environment() {
+    local variant=$1 stats_file=$2
+    case "$variant" in
+    preload) echo "LD_PRELOAD=$(realpath "$build/fast/libhakmem.so")" ;;
+    mimalloc) echo "LD_PRELOAD=$mimalloc_library" ;;
+    stats) echo "HAKMEM_STATS=1 HAKMEM_STATS_FILE=$stats_file" ;;
+    asan) echo "ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1" ;;
+    debug) echo "UBSAN_OPTIONS=print_stacktrace=1" ;;
+    esac
+}
+
+# The stats variant must produce the one stats format: `[GROUP] key=value ...`, integers.
+check_stats_file() {
+    local file=$1
+    [ -s "$file" ] || { echo "stats: $file is missing or empty"; return 1; }
+    grep -q '^\[SS_OS_STATS\] ' "$file" || { echo "stats: no [SS_OS_STATS] line"; return 1; }
+    local bad
+    bad=$(grep -Ev '^\[[A-Z0-9_]+\]( [a-z0-9_]+=-?[0-9]+)+$' "$file" | head -3)
+    [ -z "$bad" ] || { echo "stats: lines not in the stats format: $bad"; return 1; }
+}
+
+total=0
+failed=0
+failed_names=()
+for profile in $profiles; do
+    profile_env=()
+    [ "$profile" = default ] || IFS=, read -r -a profile_env <<<"$profile"
+    profile_dir=$(echo "$profile" | tr -c 'A-Za-z0-9_=.\n-' '_')
+    for variant in $variants; do
+        if [ "$variant" = mimalloc ] && [ ! -e "$mimalloc_library" ]; then
+            echo "SKIP variant mimalloc: $mimalloc_library is not installed"
+            continue
+        fi
+        kind=$(binary_kind "$variant")
+        for test in $tests; do
+            if [ "$test" = preload_programs ]; then
+                case "$variant" in
+                preload) command=(bash allocator/tests/preload_programs.sh "$build/fast/libhakmem.so") ;;
+                mimalloc) command=(bash allocator/tests/preload_programs.sh "$mimalloc_library") ;;
+                *) continue ;;
+                esac
+            else
+                read -r -a arguments <<<"$(test_arguments "$variant" "$test")"
+                command=("$build/tests/$kind/$test" "${arguments[@]}")
+            fi
+            log_dir="$build/tests/logs/$profile_dir/$variant"
+            mkdir -p "$log_dir"
+            log="$log_dir/$test.log"
+            stats_file="$log_dir/$test.stats"
+            rm -f "$stats_file"
+            run_env=()
+            # preload_programs sets LD_PRELOAD per program itself.
+            [ "$test" = preload_programs ] ||
+                read -r -a run_env <<<"$(variant_environment "$variant" "$(realpath -m "$stats_file")")"
+            start=$EPOCHREALTIME
+            env -i PATH="$PATH" HOME="${HOME:-/root}" LC_ALL=C "${profile_env[@]}" "${run_env[@]}" \
+                timeout "$test_timeout_seconds" "${command[@]}" >"$log" 2>&1
+            status=$?
+            seconds=$(awk -v start="$start" -v end="$EPOCHREALTIME" 'BEGIN { print end - start }')
+            if [ $status -eq 0 ] && [ "$variant" = stats ] && [ "$test" != preload_programs ]; then
+                check_stats_file "$stats_file" >>"$log" || status=1
+            fi
+            # A profile naming an option libhakmem does not have would silently test the
+            # defaults instead; libhakmem reports such names, and that fails the combination.
+            if [ $status -eq 0 ] && grep -q '^hakmem: unknown option' "$log"; then
+                echo "profile sets an option libhakmem does not know" >>"$log"
+                status=1
+            fi
+            total=$((total + 1))
+            result=PASS
+            if [ $status -ne 0 ]; then
+                result=FAIL
+                failed=$((failed + 1))
+                failed_names+=("$profile/$variant/$test")
+            fi
+            printf '%s %7.2fs  %-10s %-8s %s\n' "$result" "$seconds" "$profile" "$variant" "$test"
+            if [ $result = FAIL ]; then
+                echo "    exit status $status; last lines of $log:"
+                tail -n 15 "$log" | sed 's/^/    | /'
+            fi
+        done
+    done
+done
+echo "run_tests: $total combinations, $((total - failed)) passed, $failed failed"
+[ $failed -eq 0 ] || { printf '  failed: %s\n' "${failed_names[@]}"; exit 1; }

@@ -1,0 +1,134 @@
+// test_invalid_free (libhakmem only): freeing memory that is not a live libhakmem block must
+// not corrupt anything silently. Each case runs in a forked child, which must be killed by
+// SIGABRT after writing a one-line message on stderr that names the pointer (like glibc's
+// "free(): invalid pointer"). Other allocators make no such promise: there the test only
+// says so and passes without checks.
+#include "testhelper.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+static long global_word;
+
+enum invalid_case {
+    STACK_POINTER,
+    GLOBAL_POINTER,
+    FOREIGN_MMAP,
+    DOUBLE_FREE_SMALL,
+    DOUBLE_FREE_MID,
+    DOUBLE_FREE_LARGE
+};
+
+static const char *const case_names[] = {"stack pointer",     "global pointer",
+                                         "foreign mmap",      "double free 64 B",
+                                         "double free 8 KiB", "double free 1 MiB"};
+
+// Child side: writes the pointer it is about to pass to free() into `report_fd`, then does
+// the bad free. Returning from here means the free did not abort.
+static void commit_invalid_free(enum invalid_case which, int report_fd) {
+    long stack_word = 0;
+    void *bad = NULL;
+    switch (which) {
+    case STACK_POINTER:
+        bad = &stack_word;
+        break;
+    case GLOBAL_POINTER:
+        bad = &global_word;
+        break;
+    case FOREIGN_MMAP: {
+        unsigned char *page =
+            mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        bad = page == MAP_FAILED ? NULL : page + 64;
+        break;
+    }
+    case DOUBLE_FREE_SMALL:
+    case DOUBLE_FREE_MID:
+    case DOUBLE_FREE_LARGE: {
+        size_t size = which == DOUBLE_FREE_SMALL ? 64 : which == DOUBLE_FREE_MID ? 8192 : 1 << 20;
+        bad = malloc(size);
+        // Other live blocks around it, so the free is not of a page's only block.
+        void *neighbour = malloc(size);
+        memset(bad, 0x5a, size);
+        free(bad);
+        (void)neighbour;
+        break;
+    }
+    }
+    uintptr_t value = (uintptr_t)bad;
+    if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
+    free(bad);
+    _exit(0);
+}
+
+// Every 0x... number in the text, compared with `expected`.
+static bool text_names_pointer(const char *text, uintptr_t expected) {
+    for (const char *p = text; (p = strstr(p, "0x")) != NULL; p += 2) {
+        char *end = NULL;
+        unsigned long long value = strtoull(p, &end, 16);
+        if (end != p + 2 && (uintptr_t)value == expected) return true;
+    }
+    return false;
+}
+
+// Lines the child wrote to stderr: the message must be one line, not a dump.
+static int count_lines(const char *text) {
+    int lines = 0;
+    for (const char *p = text; *p; p++)
+        lines += *p == '\n';
+    return lines;
+}
+
+static void run_case(enum invalid_case which) {
+    int report_pipe[2], stderr_pipe[2];
+    if (!CHECK(pipe(report_pipe) == 0 && pipe(stderr_pipe) == 0)) return;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(report_pipe[0]);
+        close(stderr_pipe[0]);
+        dup2(stderr_pipe[1], STDERR_FILENO);
+        alarm(10);
+        commit_invalid_free(which, report_pipe[1]);
+    }
+    close(report_pipe[1]);
+    close(stderr_pipe[1]);
+    if (!CHECK(pid > 0)) return;
+    uintptr_t bad = 0;
+    bool reported = read(report_pipe[0], &bad, sizeof bad) == (ssize_t)sizeof bad;
+    static char text[8192];
+    size_t length = 0;
+    ssize_t n;
+    while (length < sizeof text - 1 &&
+           (n = read(stderr_pipe[0], text + length, sizeof text - 1 - length)) > 0)
+        length += (size_t)n;
+    text[length] = '\0';
+    close(report_pipe[0]);
+    close(stderr_pipe[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+
+    bool aborted = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    bool named = reported && text_names_pointer(text, bad);
+    bool one_line = count_lines(text) == 1;
+    CHECK(reported);
+    CHECK(aborted);
+    CHECK(named);
+    CHECK(one_line);
+    printf("%-18s %s, stderr: %s", case_names[which],
+           aborted               ? "SIGABRT"
+           : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
+                                 : "exited",
+           length ? text : "(nothing)\n");
+}
+
+int main(void) {
+    printf("allocator: %s\n", allocator_name());
+    if (!allocator_is_hakmem()) {
+        printf("skipped: only libhakmem promises an abort with a message naming the pointer\n");
+        return test_summary();
+    }
+    for (enum invalid_case c = STACK_POINTER; c <= DOUBLE_FREE_LARGE; c++)
+        run_case(c);
+    return test_summary();
+}

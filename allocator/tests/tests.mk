@@ -1,0 +1,66 @@
+# libhakmem C tests (included by the top-level Makefile; paths are relative to the repo root).
+#
+# Each test is built once per way of getting an allocator, into $(BUILD)/tests/<kind>/:
+#   dynamic  plain binary; the allocator comes from LD_PRELOAD (or is glibc's)
+#   fast     statically linked with $(BUILD)/fast/libhakmem.a
+#   stats    statically linked with $(BUILD)/stats/libhakmem.a
+#   debug    statically linked with $(BUILD)/debug/libhakmem.a (assertions, UBSan)
+#   asan     ASan+UBSan binary calling the prefixed API of
+#            $(BUILD)/debug-asan/libhakmem_prefixed.a (ASan owns malloc itself)
+#
+# make test-allocator runs profiles x variants x tests through run_tests.sh:
+#   HAKMEM_TEST_PROFILES  env profiles, space-separated; each is `default` (no settings) or
+#                         comma-joined assignments, e.g. HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,X=1
+#   HAKMEM_TEST_VARIANTS  fast stats debug asan preload (also: glibc mimalloc, reference runs)
+#   HAKMEM_TEST_NAMES     which tests (default: all, plus preload_programs in preload)
+# make test-allocator-reference runs the same tests under glibc and mimalloc, without
+# libhakmem, to show that the tests themselves are right.
+
+HAKTEST_DIR     := allocator/tests
+HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free
+HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
+# gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
+# about what the allocator really returns.
+HAKTEST_NO_BUILTINS := -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc \
+    -fno-builtin-realloc
+HAKTEST_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -pthread -I$(HAKTEST_DIR) \
+    $(HAKTEST_NO_BUILTINS)
+HAKTEST_LDLIBS  := -pthread -ldl
+
+HAKMEM_TEST_PROFILES ?= default
+HAKMEM_TEST_VARIANTS ?= fast stats debug asan preload
+HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
+
+# Per kind: extra compile flags and the library linked in (empty for dynamic).
+HAKTEST_FLAGS_dynamic :=
+HAKTEST_FLAGS_fast    := -DHAKTEST_LINKS_HAKMEM
+HAKTEST_FLAGS_stats   := -DHAKTEST_LINKS_HAKMEM
+HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -fsanitize=undefined -fno-omit-frame-pointer
+HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_PREFIXED_API -Iallocator/include \
+    -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
+HAKTEST_LIB_dynamic :=
+HAKTEST_LIB_fast    := $(BUILD)/fast/libhakmem.a
+HAKTEST_LIB_stats   := $(BUILD)/stats/libhakmem.a
+HAKTEST_LIB_debug   := $(BUILD)/debug/libhakmem.a
+HAKTEST_LIB_asan    := $(BUILD)/debug-asan/libhakmem_prefixed.a
+
+# Variants to the kind of binary they run: preload, glibc and mimalloc use the dynamic one.
+haktest_kind = $(if $(filter preload glibc mimalloc,$(1)),dynamic,$(1))
+HAKTEST_KINDS := $(sort $(foreach v,$(HAKMEM_TEST_VARIANTS),$(call haktest_kind,$(v))))
+haktest_bins = $(addprefix $(BUILD)/tests/$(1)/,$(HAKTEST_NAMES))
+
+define HAKTEST_KIND_RULES
+$(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1)) $(HAKTEST_DIR)/tests.mk
+	@mkdir -p $$(@D)
+	$$(CC) $$(HAKTEST_CFLAGS) $$(HAKTEST_FLAGS_$(1)) -o $$@ $$< $$(HAKTEST_LIB_$(1)) $$(HAKTEST_LDLIBS)
+endef
+$(foreach k,dynamic fast stats debug asan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
+
+HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
+
+.PHONY: test-allocator test-allocator-reference
+test-allocator: allocator $(foreach k,$(HAKTEST_KINDS),$(call haktest_bins,$(k)))
+	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
+
+test-allocator-reference: $(call haktest_bins,dynamic)
+	$(HAKTEST_RUN) --variants "glibc mimalloc" --tests "$(HAKMEM_TEST_NAMES)"
