@@ -1,0 +1,371 @@
+// Per-thread heaps: where a thread's pages live between the fast paths.
+//   queue[cls]  pages of the class that may have free blocks; queue[cls].first is direct[cls]
+//   full        pages with no free block; they leave the free fast path (local_owner = NULL).
+//               The first remote free into one goes to delayed_free instead (see page.c), so
+//               the owner learns about it without ever scanning this list.
+//   superslabs  owned regions; fresh pages come from the first, and a superslab with a free
+//               slot is moved first when the first is full
+// Heap structs come from a pool and are never unmapped.
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static hak_heap *heaps_live;   // every heap in use (for stats at exit)
+static hak_heap *heaps_unused; // released by exited threads, reused first
+static char *heaps_chunk;      // bump area for new heap structs
+static size_t heaps_chunk_left;
+
+#define HAK_HEAP_CHUNK (64 * 1024)
+
+static void queue_remove(hak_page_queue *q, hak_page *page) {
+    if (page->prev)
+        page->prev->next = page->next;
+    else
+        q->first = page->next;
+    if (page->next)
+        page->next->prev = page->prev;
+    else
+        q->last = page->prev;
+    page->next = page->prev = NULL;
+}
+
+static void queue_push_front(hak_page_queue *q, hak_page *page) {
+    page->prev = NULL;
+    page->next = q->first;
+    if (q->first)
+        q->first->prev = page;
+    else
+        q->last = page;
+    q->first = page;
+}
+
+static void queue_push_back(hak_page_queue *q, hak_page *page) {
+    page->next = NULL;
+    page->prev = q->last;
+    if (q->last)
+        q->last->next = page;
+    else
+        q->first = page;
+    q->last = page;
+}
+
+static void set_direct(hak_heap *heap, unsigned cls) {
+    hak_page *first = heap->queue[cls].first;
+    heap->direct[cls] = first ? first : &hak_page_empty;
+}
+
+// Parks a page whose free lists are empty (and fully carved) on the full list, flagged so that
+// the next remote free notifies this heap. Returns 0 instead if remote frees raced in and the
+// page has blocks again (it then stays where it is).
+static int park_full(hak_heap *heap, hak_page *page) {
+    while (!hak_page_mark_full(page)) {
+        hak_page_collect(page);
+        if (page->free) return 0;
+        sched_yield(); // only NOTIFYING was set: a notifier is finishing its last step
+    }
+    page->in_full = 1;
+    hak_page_set_local_owner(page, NULL); // owner frees take the slow path, which un-fulls it
+    page->prev = NULL;
+    page->next = heap->full;
+    if (heap->full) heap->full->prev = page;
+    heap->full = page;
+    return 1;
+}
+
+static int park_full_from_queue(hak_heap *heap, hak_page *page) {
+    hak_page_queue *q = &heap->queue[page->class_idx];
+    queue_remove(q, page);
+    if (park_full(heap, page)) return 1;
+    queue_push_front(q, page);
+    return 0;
+}
+
+static void full_remove(hak_heap *heap, hak_page *page) {
+    if (page->prev)
+        page->prev->next = page->next;
+    else
+        heap->full = page->next;
+    if (page->next) page->next->prev = page->prev;
+    page->next = page->prev = NULL;
+    page->in_full = 0;
+    // FULL stays set: clearing it would cost an atomic per full->queue move, and a stale flag
+    // only sends one remote free through delayed_free, which the owner handles as a local free
+    // (see free_delayed_blocks).
+}
+
+void hak_heap_page_unfull(hak_heap *heap, hak_page *page) {
+    full_remove(heap, page);
+    hak_page_set_local_owner(page, heap);
+    queue_push_back(&heap->queue[page->class_idx], page);
+    if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
+}
+
+// Blocks that other threads freed into this heap's full pages: freed here as owner frees,
+// which moves their pages back to the queues.
+static void free_delayed_blocks(hak_heap *heap) {
+    hak_block *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
+    while (block) {
+        hak_block *next = block->next;
+        hak_superslab *ss = hak_superslab_of((uintptr_t)block);
+        hak_page *page = hak_page_of(ss, (uintptr_t)block);
+        heap->route[page->class_idx]->free_local_slow(heap, page, block);
+        block = next;
+    }
+}
+
+static void unlink_superslab(hak_heap *heap, hak_superslab *ss) {
+    if (ss->prev)
+        ss->prev->next = ss->next;
+    else
+        heap->superslabs = ss->next;
+    if (ss->next) ss->next->prev = ss->prev;
+}
+
+static void release_page(hak_heap *heap, hak_page *page) {
+    hak_superslab *ss = (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
+    hak_superslab_page_free(ss, page);
+    if (ss->pages_in_use == 0 && !(ss == heap->superslabs && ss->next == NULL)) {
+        // Empty and not the heap's only superslab: give it back to the OS policy.
+        unlink_superslab(heap, ss);
+        hak_superslab_release(ss);
+    } else if (ss != heap->superslabs) {
+        // It has a free slot now: move it first, where fresh pages are taken from.
+        ss->prev->next = ss->next;
+        if (ss->next) ss->next->prev = ss->prev;
+        ss->prev = NULL;
+        ss->next = heap->superslabs;
+        heap->superslabs->prev = ss;
+        heap->superslabs = ss;
+    }
+}
+
+// A page's last block came back (used == 0). The current page of its class is kept, so a
+// malloc/free loop on one size does not map and unmap pages.
+void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
+    if (page == heap->direct[page->class_idx]) return;
+    if (page->in_full)
+        full_remove(heap, page);
+    else
+        queue_remove(&heap->queue[page->class_idx], page);
+    release_page(heap, page);
+}
+
+static void push_superslab(hak_heap *heap, hak_superslab *ss) {
+    atomic_store_explicit(&ss->owner, heap, memory_order_seq_cst);
+    ss->prev = NULL;
+    ss->next = heap->superslabs;
+    if (heap->superslabs) heap->superslabs->prev = ss;
+    heap->superslabs = ss;
+}
+
+// Takes over a superslab an exited thread left with live blocks: every page joins this heap.
+static int adopt_abandoned(hak_heap *heap) {
+    hak_superslab *ss = hak_superslab_pop_abandoned();
+    if (!ss) return 0;
+    push_superslab(heap, ss);
+    for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+        hak_page *page = &ss->pages[i];
+        if (!page->in_use) continue;
+        hak_page_set_local_owner(page, heap);
+        hak_page_collect(page);
+        if (page->used == 0) {
+            hak_superslab_page_free(ss, page);
+        } else if (page->free || page->reserved < page->capacity || !park_full(heap, page)) {
+            queue_push_back(&heap->queue[page->class_idx], page);
+            if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
+        }
+    }
+    if (ss->pages_in_use == 0 && ss->next) { // all its blocks were freed meanwhile
+        unlink_superslab(heap, ss);
+        hak_superslab_release(ss);
+    }
+    return 1;
+}
+
+static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
+    hak_superslab *ss = heap->superslabs;
+    if (ss && !ss->free_page_mask) {
+        // The first superslab is full: use any other with a free slot before mapping more.
+        for (ss = ss->next; ss && !ss->free_page_mask; ss = ss->next) {
+        }
+        if (ss) {
+            unlink_superslab(heap, ss);
+            push_superslab(heap, ss);
+        } else {
+            ss = heap->superslabs;
+        }
+    }
+    hak_page *page = ss ? hak_superslab_page_alloc(ss) : NULL;
+    if (!page) {
+        ss = hak_superslab_acquire(heap);
+        if (!ss) return NULL;
+        push_superslab(heap, ss);
+        page = hak_superslab_page_alloc(ss);
+    }
+    hak_page_init(page, cls, heap);
+    return page;
+}
+
+// A free into another heap's page: batched per page. The blocks stay counted as used by
+// their page until flushed, so the page cannot be recycled meanwhile; a run ends when a free
+// goes to a different page, and at thread exit.
+void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
+    if (page != heap->remote_page) {
+        hak_heap_flush_remote(heap);
+        heap->remote_page = page;
+        heap->remote_last = block;
+    }
+    block->next = heap->remote_first;
+    heap->remote_first = block;
+}
+
+void hak_heap_flush_remote(hak_heap *heap) {
+    if (!heap->remote_page) return;
+    hak_page_free_remote(heap->remote_page, heap->remote_first, heap->remote_last);
+    heap->remote_page = NULL;
+    heap->remote_first = heap->remote_last = NULL;
+}
+
+// The refill path: returns a page of class `cls` with a non-empty `free` list, made the class's
+// direct page; NULL when out of memory.
+hak_page *hak_heap_find_page(hak_heap *heap, unsigned cls) {
+    if (atomic_load_explicit(&heap->delayed_free, memory_order_relaxed)) free_delayed_blocks(heap);
+    hak_page_queue *q = &heap->queue[cls];
+    for (int adopted = 0;; adopted = 1) {
+        hak_page *next;
+        for (hak_page *page = q->first; page; page = next) {
+            next = page->next;
+            hak_page_collect(page);
+            if (page->free || hak_page_extend(page) || !park_full_from_queue(heap, page)) {
+                if (page != q->first) {
+                    queue_remove(q, page);
+                    queue_push_front(q, page);
+                }
+                heap->direct[cls] = page;
+                return page;
+            }
+        }
+        if (adopted || !adopt_abandoned(heap)) break;
+    }
+    hak_page *page = fresh_page(heap, cls);
+    set_direct(heap, cls);
+    if (!page) return NULL;
+    queue_push_front(q, page);
+    hak_page_extend(page);
+    heap->direct[cls] = page;
+    return page;
+}
+
+hak_heap *hak_heap_create(void) {
+    pthread_mutex_lock(&heaps_lock);
+    hak_heap *heap = heaps_unused;
+    if (heap) {
+        heaps_unused = heap->next_live;
+    } else {
+        if (heaps_chunk_left < sizeof(hak_heap)) {
+            void *chunk = mmap(NULL, HAK_HEAP_CHUNK, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            hak_stat_add(ss_os, mmap_total, 1);
+            if (chunk == MAP_FAILED) {
+                pthread_mutex_unlock(&heaps_lock);
+                return NULL;
+            }
+            heaps_chunk = chunk;
+            heaps_chunk_left = HAK_HEAP_CHUNK;
+        }
+        heap = (hak_heap *)heaps_chunk;
+        size_t step = (sizeof(hak_heap) + 63) & ~(size_t)63;
+        heaps_chunk += step;
+        heaps_chunk_left = heaps_chunk_left >= step ? heaps_chunk_left - step : 0;
+    }
+    memset(heap, 0, sizeof *heap);
+    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
+        heap->direct[c] = &hak_page_empty;
+    heap->next_live = heaps_live;
+    if (heaps_live) heaps_live->prev_live = heap;
+    heaps_live = heap;
+    pthread_mutex_unlock(&heaps_lock);
+    hak_route_latch(heap);
+    return heap;
+}
+
+// Leaves a page that still has live blocks for whoever adopts its superslab.
+static void abandon_page(hak_page *page) {
+    hak_page_set_local_owner(page, NULL);
+    page->in_full = 0;
+    page->next = page->prev = NULL;
+    hak_page_clear_full(page);
+}
+
+// Thread exit: no new notifications (FULL cleared, notifiers in flight waited for), delayed
+// blocks freed, then empty pages go back to their superslabs, empty superslabs to the OS
+// policy, superslabs with live blocks to the abandoned list; the struct is kept for the next
+// thread.
+void hak_heap_destroy(hak_heap *heap) {
+    hak_heap_flush_remote(heap);
+    for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next) {
+        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+            hak_page *page = &ss->pages[i];
+            if (!page->in_use) continue;
+            hak_page_clear_full(page);
+            while (atomic_load(&page->xthread_free) & HAK_XT_NOTIFYING)
+                sched_yield();
+        }
+    }
+    free_delayed_blocks(heap);
+    for (hak_superslab *ss = heap->superslabs, *next_ss; ss; ss = next_ss) {
+        next_ss = ss->next;
+        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+            hak_page *page = &ss->pages[i];
+            if (!page->in_use) continue;
+            hak_page_collect(page);
+            if (page->used == 0)
+                hak_superslab_page_free(ss, page);
+            else
+                abandon_page(page);
+        }
+        if (ss->pages_in_use == 0)
+            hak_superslab_release(ss);
+        else
+            hak_superslab_abandon(ss);
+    }
+    hak_stats_merge_heap(heap);
+    pthread_mutex_lock(&heaps_lock);
+    if (heap->prev_live)
+        heap->prev_live->next_live = heap->next_live;
+    else
+        heaps_live = heap->next_live;
+    if (heap->next_live) heap->next_live->prev_live = heap->prev_live;
+    heap->next_live = heaps_unused;
+    heaps_unused = heap;
+    pthread_mutex_unlock(&heaps_lock);
+}
+
+void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg) {
+    pthread_mutex_lock(&heaps_lock);
+    for (hak_heap *heap = heaps_live; heap; heap = heap->next_live)
+        fn(heap, arg);
+    pthread_mutex_unlock(&heaps_lock);
+}
+
+void hak_heap_fork_prepare(void) {
+    pthread_mutex_lock(&heaps_lock);
+}
+void hak_heap_fork_parent(void) {
+    pthread_mutex_unlock(&heaps_lock);
+}
+// In the child only the forking thread exists. A remote freer that was between NOTIFYING and
+// its push at fork time is gone: clear its flag, or this heap would wait for it forever (its
+// blocks stay allocated in the child).
+void hak_heap_fork_child(void) {
+    pthread_mutex_init(&heaps_lock, NULL);
+    hak_heap *heap = hak_tls_heap;
+    if (heap == &hak_heap_empty) return;
+    for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next)
+        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++)
+            atomic_fetch_and(&ss->pages[i].xthread_free, ~HAK_XT_NOTIFYING);
+}

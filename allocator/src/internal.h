@@ -1,0 +1,249 @@
+// libhakmem internals: the data structures every file shares, and the small inline helpers
+// the hot paths need (pointer -> superslab -> page by address arithmetic).
+//
+//   superslab  2 MiB, 2 MiB-aligned region. Its first 4 KiB hold the header (this struct, with
+//              the page descriptors); the rest is split into 32 slabs of 64 KiB, one "page"
+//              each (page 0 is 60 KiB because the header sits in front of it). A superslab is
+//              owned by one heap (thread); all its pages belong to that heap.
+//   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
+//              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
+//   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
+//              that may have free blocks; full pages on a separate list.
+//   large      blocks above the mid pool: their own 2 MiB-aligned mapping with the same header
+//              layout (kind HAK_SS_LARGE), so free() finds both the same way.
+#ifndef HAK_INTERNAL_H
+#define HAK_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sizeclass.h"
+
+#define HAK_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HAK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HAK_NOINLINE    __attribute__((noinline))
+#define HAK_COLD        __attribute__((cold, noinline))
+#define HAK_EXPORT      __attribute__((visibility("default")))
+
+#ifdef HAK_DEBUG
+void hak_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define hak_assert(e) ((e) ? (void)0 : hak_assert_fail(#e, __FILE__, __LINE__))
+#else
+#define hak_assert(e) ((void)0)
+#endif
+
+#define HAK_SS_SHIFT       21
+#define HAK_SS_SIZE        ((size_t)1 << HAK_SS_SHIFT)
+#define HAK_SS_MASK        (HAK_SS_SIZE - 1)
+#define HAK_PAGE_SHIFT     16
+#define HAK_PAGE_SIZE      ((size_t)1 << HAK_PAGE_SHIFT)
+#define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE)
+#define HAK_SS_HEADER_SIZE 4096
+#define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
+#define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
+#define HAK_NATURAL_ALIGN  4096 // every page starts 4 KiB-aligned
+
+typedef struct hak_block {
+    struct hak_block *next;
+} hak_block;
+
+struct hak_heap;
+
+// Low bits of page->xthread_free (blocks are 8-byte aligned, so the bits are free):
+//   FULL       the page is on its owner's full list; the next remote free goes to the owner's
+//              delayed_free list instead, which tells the owner.
+//   NOTIFYING  a remote freer is doing that; the owner's thread exit waits for it.
+#define HAK_XT_FULL      ((uintptr_t)1)
+#define HAK_XT_NOTIFYING ((uintptr_t)2)
+#define HAK_XT_FLAGS     ((uintptr_t)3)
+
+// 64 bytes, so free() finds a page's descriptor with a shift and a mask.
+typedef struct hak_page {
+    // Hot: malloc reads free/used, free reads local_owner/local_free/used.
+    hak_block *free;
+    hak_block *local_free;
+    // Owner heap while the page takes owner frees on the fast path; NULL when the page is full,
+    // abandoned, free or large. Other threads read it too (and never find their own heap).
+    _Atomic(struct hak_heap *) local_owner;
+    uint32_t used; // blocks handed out, including those in xthread_free
+    uint32_t block_size;
+    // Cold.
+    _Atomic uintptr_t xthread_free; // remote frees: block list | HAK_XT_* flags
+    struct hak_page *next, *prev;   // heap queue or full list
+    uint16_t capacity;              // blocks that fit
+    uint16_t reserved;              // blocks carved into free lists so far
+    uint8_t class_idx;
+    uint8_t in_use;  // assigned to a class (else a free slot of its superslab)
+    uint8_t in_full; // on the owner's full list
+} hak_page;
+
+_Static_assert(sizeof(hak_page) == 64, "page descriptors are indexed by shift");
+
+enum hak_ss_kind { HAK_SS_FREE = 0, HAK_SS_SMALL = 1, HAK_SS_LARGE = 2 };
+
+typedef struct hak_superslab {
+    hak_page pages[HAK_PAGES_PER_SS];
+    uint32_t kind;
+    uint32_t pages_in_use;
+    uint32_t free_page_mask; // bit i: pages[i] is a free slot
+    // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
+    _Atomic(struct hak_heap *) owner;
+    struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
+    // HAK_SS_LARGE only.
+    size_t large_usable; // bytes usable from the block start
+    char *map_base;      // the whole mapping (may start before the header for huge alignments)
+    size_t map_size;
+    uint8_t from_cache; // a cached 2 MiB superslab: return it there, do not unmap
+} hak_superslab;
+
+_Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
+
+typedef struct hak_page_queue {
+    hak_page *first, *last;
+} hak_page_queue;
+
+// The seam for alternative front paths (issue #4): each class is routed to a front, latched
+// into heap->route[] once at thread init. The shared fast path pops heap->direct[cls]; when that
+// page is empty, alloc_slow of the class's front runs. Owner frees that miss the fast path
+// (page full, or not managed by the direct pages at all) go to free_local_slow.
+typedef struct hak_front {
+    const char *name;
+    void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
+    void (*free_local_slow)(struct hak_heap *heap, hak_page *page, hak_block *block);
+} hak_front;
+
+#include "stats.h"
+
+typedef struct hak_heap {
+    hak_page *direct[HAK_CLASS_COUNT]; // page malloc pops from; &hak_page_empty if none
+    const hak_front *route[HAK_CLASS_COUNT];
+    hak_page_queue queue[HAK_CLASS_COUNT]; // pages that may have free blocks; first = direct
+    hak_page *full;                        // pages without free blocks (all classes)
+    _Atomic(hak_block *) delayed_free;     // remote frees into full pages (see page.c)
+    hak_superslab *superslabs;             // owned; fresh pages come from the first
+    // Remote frees waiting to go to one page of another heap as a single chain (one CAS per
+    // run of frees into the same page instead of one per block).
+    hak_page *remote_page;
+    hak_block *remote_first, *remote_last;
+    struct hak_heap *next_live, *prev_live;
+#if HAK_STATS_HOT
+    hak_hot_stats hot;
+#endif
+} hak_heap;
+
+extern hak_page hak_page_empty;
+extern const hak_heap hak_heap_empty;
+extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec")));
+
+// Registry: one byte per 2 MiB of address space (64 MiB of .bss, virtual: a 4 KiB page of it
+// is touched per 8 GiB of address range in use), non-zero for every superslab or large
+// mapping, so free() can tell "ours" from a foreign pointer before it reads any header. A byte
+// rather than a bit: the test is one load and compare on the free fast path.
+#define HAK_REGISTRY_SIZE (HAK_ADDRESS_LIMIT >> HAK_SS_SHIFT)
+extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
+
+static inline int hak_registry_has(uintptr_t ss) {
+    return atomic_load_explicit(&hak_registry[ss >> HAK_SS_SHIFT], memory_order_relaxed) != 0;
+}
+
+// p - 1 so that a block at exactly 2 MiB past its header (huge alignments) still maps to it.
+static inline hak_superslab *hak_superslab_of(uintptr_t p) {
+    return (hak_superslab *)((p - 1) & ~(uintptr_t)HAK_SS_MASK);
+}
+
+// Relaxed: a plain load and store on x86-64, but race-free for the threads that only compare.
+static inline struct hak_heap *hak_page_local_owner(const hak_page *page) {
+    return atomic_load_explicit(&((hak_page *)page)->local_owner, memory_order_relaxed);
+}
+
+static inline void hak_page_set_local_owner(hak_page *page, struct hak_heap *heap) {
+    atomic_store_explicit(&page->local_owner, heap, memory_order_relaxed);
+}
+
+// Masking p (not p - 1) keeps the index in 0..31: a block aligned to exactly 2 MiB past its
+// large header maps to pages[0], which is never owned in a large header, so free() falls
+// through to the slow path as it must.
+static inline hak_page *hak_page_of(hak_superslab *ss, uintptr_t p) {
+    uintptr_t index = (p >> HAK_PAGE_SHIFT) & (HAK_PAGES_PER_SS - 1);
+    return (hak_page *)((char *)ss + index * sizeof(hak_page));
+}
+
+static inline hak_superslab *hak_superslab_of_page(const hak_page *page) {
+    return (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
+}
+
+// The first block of a page: page 0 starts after the superslab header.
+static inline char *hak_page_start(const hak_page *page) {
+    hak_superslab *ss = hak_superslab_of_page(page);
+    size_t index = (size_t)(page - ss->pages);
+    return (char *)ss + (index == 0 ? HAK_SS_HEADER_SIZE : index * HAK_PAGE_SIZE);
+}
+
+// --- superslab.c: regions, registry, page slots, abandoned superslabs
+void hak_registry_set(uintptr_t ss, int on);
+hak_superslab *hak_superslab_acquire(hak_heap *heap);
+void hak_superslab_release(hak_superslab *ss);
+hak_page *hak_superslab_page_alloc(hak_superslab *ss);
+void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
+void hak_superslab_abandon(hak_superslab *ss);
+hak_superslab *hak_superslab_pop_abandoned(void);
+void hak_superslab_fork_prepare(void);
+void hak_superslab_fork_parent(void);
+void hak_superslab_fork_child(void);
+
+// --- os.c: the OS policy (mmap/munmap/madvise, cache of empty superslabs)
+void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
+void hak_os_unmap(void *base, size_t size);
+hak_superslab *hak_os_superslab_get(void);
+void hak_os_superslab_put(hak_superslab *ss);
+void hak_os_fork_prepare(void);
+void hak_os_fork_parent(void);
+void hak_os_fork_child(void);
+
+// --- page.c: page free lists
+void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
+int hak_page_extend(hak_page *page);
+void hak_page_collect(hak_page *page);
+void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
+int hak_page_mark_full(hak_page *page);
+void hak_page_clear_full(hak_page *page);
+int hak_page_contains_block(const hak_page *page, uintptr_t p);
+int hak_page_has_free_block(const hak_page *page, const hak_block *block);
+
+// --- heap.c: per-thread heap life cycle, page queues, full list, adoption
+hak_heap *hak_heap_create(void);
+void hak_heap_destroy(hak_heap *heap);
+hak_page *hak_heap_find_page(hak_heap *heap, unsigned cls);
+void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
+void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
+void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block);
+void hak_heap_flush_remote(hak_heap *heap);
+void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
+void hak_heap_fork_prepare(void);
+void hak_heap_fork_parent(void);
+void hak_heap_fork_child(void);
+
+// --- route.c: class -> front table
+extern const hak_front hak_front_legacy;
+void hak_route_latch(hak_heap *heap);
+void hak_route_print(void);
+
+// --- large.c
+void *hak_large_alloc(size_t size, size_t alignment, int zero);
+void hak_large_free(hak_superslab *ss, void *p);
+size_t hak_large_usable(hak_superslab *ss, void *p);
+
+// --- init.c
+hak_heap *hak_thread_init(void);
+void hak_process_init(void);
+
+// --- wrappers.c: slow paths of the exported API
+void *hak_malloc_slow(size_t size);
+void hak_free_slow(void *p);
+__attribute__((noreturn)) void hak_fatal_pointer(const char *func, const char *what, const void *p);
+
+// --- message output (options.c): stderr via write(2), never malloc
+void hak_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,151 @@
+// Pages: the three free lists of one 64 KiB page (mimalloc's free-list sharding).
+//   free         malloc pops here
+//   local_free   the owner's frees; moved to `free` when `free` runs dry, so the owner comes
+//                back here regularly and picks up remote frees too
+//   xthread_free other threads' frees, pushed with one CAS; flag bits in its low bits
+//                (HAK_XT_FULL, HAK_XT_NOTIFYING, see internal.h and hak_page_free_remote)
+#include "internal.h"
+
+// A fresh page's free list is carved in steps of at most this many bytes, so a page that only
+// ever holds a few blocks never touches (faults in) the rest of its 64 KiB.
+#define HAK_EXTEND_BYTES 4096
+
+void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
+    hak_superslab *ss = hak_superslab_of_page(page);
+    size_t index = (size_t)(page - ss->pages);
+    char *start = hak_page_start(page);
+    char *end = (char *)ss + (index + 1) * HAK_PAGE_SIZE;
+    page->block_size = hak_class_block_size[cls];
+    page->class_idx = (uint8_t)cls;
+    page->capacity = (uint16_t)((size_t)(end - start) / page->block_size);
+    page->reserved = 0;
+    page->used = 0;
+    page->free = page->local_free = NULL;
+    page->in_use = 1;
+    page->in_full = 0;
+    page->next = page->prev = NULL;
+    hak_page_set_local_owner(page, heap);
+    atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
+}
+
+// Carves the next blocks into `free` (which must be empty). Returns 0 if the page is used up.
+int hak_page_extend(hak_page *page) {
+    hak_assert(page->free == NULL);
+    uint32_t left = page->capacity - page->reserved;
+    if (left == 0) return 0;
+    // At least 4 blocks, so mid-pool pages (2..48 blocks) do not refill block by block.
+    uint32_t count = HAK_EXTEND_BYTES / page->block_size;
+    if (count < 4) count = 4;
+    if (count > left) count = left;
+    char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
+    char *p = first;
+    for (uint32_t i = 1; i < count; i++, p += page->block_size)
+        ((hak_block *)p)->next = (hak_block *)(p + page->block_size);
+    ((hak_block *)p)->next = NULL;
+    page->free = (hak_block *)first;
+    page->reserved = (uint16_t)(page->reserved + count);
+    return 1;
+}
+
+// Moves local_free and xthread_free into `free` when `free` is empty (owner only).
+void hak_page_collect(hak_page *page) {
+    if (page->free == NULL) {
+        page->free = page->local_free;
+        page->local_free = NULL;
+    }
+    uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+    if ((old & ~HAK_XT_FLAGS) == 0) return;
+    // Take the blocks, keep the flags (a notifier in flight still owns its bit).
+    while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &old, old & HAK_XT_FLAGS,
+                                                  memory_order_acquire, memory_order_relaxed)) {
+    }
+    hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
+    hak_block *tail = list;
+    uint32_t count = 1;
+    while (tail->next)
+        tail = tail->next, count++;
+    tail->next = page->free;
+    page->free = list;
+    hak_assert(page->used >= count);
+    page->used -= count;
+}
+
+// A free from a thread that does not own the page: `first`..`last`, a chain of this page's
+// blocks (last->next is overwritten), goes onto xthread_free with one CAS. If the owner parked
+// the page on its full list (HAK_XT_FULL), nobody would look at that list, so the first remote
+// freer instead swaps FULL for NOTIFYING, pushes its chain onto the owner heap's delayed_free
+// list, and clears NOTIFYING. The owner frees delayed blocks at its next refill, which moves
+// the page back to its queue. The chain keeps the page in use until then, so the page cannot
+// be recycled under the notifier; an exiting owner clears FULL and waits out NOTIFYING before
+// it drains delayed_free, so no chain is ever pushed to a heap that has left.
+void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
+    uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+    for (;;) {
+        if (old & HAK_XT_FULL) {
+            uintptr_t notifying = (old & ~HAK_XT_FULL) | HAK_XT_NOTIFYING;
+            if (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &old, notifying,
+                                                       memory_order_acq_rel, memory_order_relaxed))
+                continue;
+            hak_heap *owner =
+                atomic_load_explicit(&hak_superslab_of_page(page)->owner, memory_order_acquire);
+            if (owner) {
+                hak_block *head = atomic_load_explicit(&owner->delayed_free, memory_order_relaxed);
+                do {
+                    last->next = head;
+                } while (!atomic_compare_exchange_weak_explicit(&owner->delayed_free, &head, first,
+                                                                memory_order_release,
+                                                                memory_order_relaxed));
+                atomic_fetch_and_explicit(&page->xthread_free, ~HAK_XT_NOTIFYING,
+                                          memory_order_release);
+                return;
+            }
+            old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+            do {
+                last->next = (hak_block *)(old & ~HAK_XT_FLAGS);
+            } while (!atomic_compare_exchange_weak_explicit(
+                &page->xthread_free, &old, (uintptr_t)first | (old & HAK_XT_FULL),
+                memory_order_release, memory_order_relaxed));
+            return;
+        }
+        last->next = (hak_block *)(old & ~HAK_XT_FLAGS);
+        if (atomic_compare_exchange_weak_explicit(&page->xthread_free, &old,
+                                                  (uintptr_t)first | (old & HAK_XT_FLAGS),
+                                                  memory_order_release, memory_order_relaxed))
+            return;
+    }
+}
+
+// Asks to be told about the next remote free. Fails (returns 0) if remote frees are pending
+// or a notifier is busy: the caller must look at the page again later. A page leaving the
+// full list keeps its FULL flag (see hak_heap_page_unfull), so a page that fills up again
+// usually needs no atomic operation here at all.
+int hak_page_mark_full(hak_page *page) {
+    uintptr_t expected = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+    if (expected == HAK_XT_FULL) return 1;
+    expected = 0;
+    return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, HAK_XT_FULL,
+                                                   memory_order_acq_rel, memory_order_relaxed);
+}
+
+void hak_page_clear_full(hak_page *page) {
+    atomic_fetch_and_explicit(&page->xthread_free, ~HAK_XT_FULL, memory_order_acq_rel);
+}
+
+// p is the start of a block of this page (not an interior or foreign pointer). Reads only
+// fields that stay fixed while the page holds a live block, so other threads may call it.
+int hak_page_contains_block(const hak_page *page, uintptr_t p) {
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    if (!page->in_use || p < start) return 0;
+    uintptr_t offset = p - start;
+    if (offset >= (uintptr_t)page->capacity * page->block_size) return 0;
+    return (uint32_t)offset % page->block_size == 0; // 32-bit: a page is 64 KiB
+}
+
+// Debug: is `block` already on one of the owner's free lists? (the full double-free check)
+int hak_page_has_free_block(const hak_page *page, const hak_block *block) {
+    for (const hak_block *b = page->free; b; b = b->next)
+        if (b == block) return 1;
+    for (const hak_block *b = page->local_free; b; b = b->next)
+        if (b == block) return 1;
+    return 0;
+}

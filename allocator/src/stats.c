@@ -1,0 +1,172 @@
+// Stats printer: walks the field lists in stats.h and writes one `[GROUP] key=value ...` line
+// per enabled group, at exit, to stderr or HAKMEM_STATS_FILE.
+#include "stats.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "options.h"
+
+hak_ss_os_stats hak_stats_ss_os;
+hak_large_stats hak_stats_large;
+
+void hak_stat_mapped(long delta_bytes) {
+    long kb = delta_bytes / 1024;
+    uint64_t now =
+        atomic_fetch_add_explicit(&hak_stats_ss_os.mapped_kb, (uint64_t)kb, memory_order_relaxed) +
+        (uint64_t)kb;
+    uint64_t peak = atomic_load_explicit(&hak_stats_ss_os.mapped_peak_kb, memory_order_relaxed);
+    while (delta_bytes > 0 && now > peak &&
+           !atomic_compare_exchange_weak(&hak_stats_ss_os.mapped_peak_kb, &peak, now)) {
+    }
+}
+
+#if HAK_STATS_HOT
+// Counters of exited threads, and (at exit) the sum over everything.
+static _Atomic uint64_t merged[sizeof(hak_hot_stats) / sizeof(uint64_t)];
+
+void hak_stats_merge_heap(struct hak_heap *heap) {
+    uint64_t *counters = (uint64_t *)&heap->hot;
+    for (size_t i = 0; i < sizeof merged / sizeof merged[0]; i++) {
+        atomic_fetch_add_explicit(&merged[i], counters[i], memory_order_relaxed);
+        counters[i] = 0;
+    }
+}
+
+static void add_live_heap(hak_heap *heap, void *sum) {
+    uint64_t *total = sum;
+    const uint64_t *counters = (const uint64_t *)&heap->hot;
+    for (size_t i = 0; i < sizeof merged / sizeof merged[0]; i++)
+        total[i] += counters[i];
+}
+#else
+void hak_stats_merge_heap(struct hak_heap *heap) {
+    (void)heap;
+}
+#endif
+
+typedef struct {
+    char text[2048];
+    size_t len;
+} line_buffer;
+
+static void append(line_buffer *b, const char *fmt_key, unsigned long long value) {
+    int n = snprintf(b->text + b->len, sizeof b->text - b->len, "%s=%llu", fmt_key, value);
+    if (n > 0 && b->len + (size_t)n < sizeof b->text) b->len += (size_t)n;
+}
+
+static void append_key(line_buffer *b, const char *prefix, const char *name,
+                       unsigned long long value) {
+    char key[64];
+    snprintf(key, sizeof key, " %s%s", prefix, name);
+    append(b, key, value);
+}
+
+static void start(line_buffer *b, const char *group) {
+    b->len = (size_t)snprintf(b->text, sizeof b->text, "[%s]", group);
+}
+
+#define LOAD(group, field) atomic_load_explicit(&group.field, memory_order_relaxed)
+
+static void format_ss_os(line_buffer *b) {
+    start(b, "SS_OS_STATS");
+#define HAK_APPEND(field) append_key(b, "", #field, LOAD(hak_stats_ss_os, field));
+    HAK_SS_OS_STATS_FIELDS(HAK_APPEND)
+#undef HAK_APPEND
+}
+
+static void format_large(line_buffer *b) {
+    start(b, "LARGE_STATS");
+#define HAK_APPEND(field) append_key(b, "", #field, LOAD(hak_stats_large, field));
+    HAK_LARGE_STATS_FIELDS(HAK_APPEND)
+#undef HAK_APPEND
+}
+
+#if HAK_STATS_HOT
+// Per class counter: c0_<name> .. c7_<name>, then mid_<name> = sum over the mid pool.
+static void append_per_class(line_buffer *b, const char *name, const uint64_t *by_class) {
+    char prefix[8];
+    uint64_t mid = 0;
+    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
+        if (hak_class_is_tiny(c)) {
+            snprintf(prefix, sizeof prefix, "c%u_", c);
+            append_key(b, prefix, name, by_class[c]);
+        } else {
+            mid += by_class[c];
+        }
+    }
+    append_key(b, "mid_", name, mid);
+}
+
+static void format_heap(line_buffer *b, const hak_hot_stats *s) {
+    start(b, "HEAP_STATS");
+#define HAK_APPEND(counter) append_per_class(b, #counter, s->counter);
+    HAK_HEAP_STATS_COUNTERS(HAK_APPEND)
+#undef HAK_APPEND
+}
+
+static void format_front_class(line_buffer *b, const hak_hot_stats *s) {
+    start(b, "FRONT_CLASS");
+#define HAK_APPEND(counter) append_per_class(b, #counter, s->counter);
+    HAK_FRONT_CLASS_COUNTERS(HAK_APPEND)
+#undef HAK_APPEND
+}
+#else
+static void format_heap(line_buffer *b, const hak_hot_stats *s) {
+    (void)s;
+    start(b, "HEAP_STATS");
+    append(b, " compiled", 0);
+}
+#define format_front_class(b, s) (start(b, "FRONT_CLASS"), append(b, " compiled", 0))
+#endif
+
+void hak_stats_print(void) {
+    int all = hak_option[HAK_OPT_STATS] != 0;
+    int wanted[] = {
+#define HAK_WANTED(group, kind) all || hak_option[HAK_OPT_##group],
+        HAK_STATS_GROUPS(HAK_WANTED)
+#undef HAK_WANTED
+    };
+    int any = 0;
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++)
+        any |= wanted[i];
+    if (!any) return;
+
+    hak_hot_stats total;
+    memset(&total, 0, sizeof total);
+#if HAK_STATS_HOT
+    uint64_t *sum = (uint64_t *)&total;
+    for (size_t i = 0; i < sizeof merged / sizeof merged[0]; i++)
+        sum[i] = atomic_load_explicit(&merged[i], memory_order_relaxed);
+    hak_heap_for_each_live(add_live_heap, sum);
+#endif
+
+    int fd = STDERR_FILENO;
+    const char *path = hak_option_text(HAK_OPT_STATS_FILE);
+    if (path[0]) {
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            hak_message("hakmem: cannot open HAKMEM_STATS_FILE=%s; stats go to stderr\n", path);
+            fd = STDERR_FILENO;
+        }
+    }
+    static line_buffer b; // static: keep a 2 KiB buffer off small thread stacks
+    size_t group = 0;
+#define HAK_PRINT(name, kind)                                                                      \
+    if (wanted[group++]) {                                                                         \
+        format_group_##name(&b, &total);                                                           \
+        b.text[b.len++] = '\n';                                                                    \
+        ssize_t written = write(fd, b.text, b.len);                                                \
+        (void)written;                                                                             \
+    }
+#define format_group_SS_OS_STATS(b, s) format_ss_os(b)
+#define format_group_LARGE_STATS(b, s) format_large(b)
+#define format_group_HEAP_STATS(b, s)  format_heap(b, s)
+#define format_group_FRONT_CLASS(b, s) format_front_class(b, s)
+    HAK_STATS_GROUPS(HAK_PRINT)
+#undef HAK_PRINT
+    if (fd != STDERR_FILENO) close(fd);
+}

@@ -1,0 +1,89 @@
+// Stats: one format, `[GROUP] key=value ...` per group at exit. Fields are declared once here
+// (X-macros); the printer in stats.c walks the same lists.
+//
+// Cold groups (OS and large-block events) are global atomics, counted in every variant.
+// Hot groups (per-class malloc/free) live in each heap and exist only when HAK_STATS_HOT is
+// compiled in (stats and debug variants); they are merged at thread exit and at exit. A hot
+// group requested from the fast variant prints `compiled=0` instead of zeros.
+#ifndef HAK_STATS_H
+#define HAK_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "sizeclass.h"
+
+#ifndef HAK_STATS_HOT
+#define HAK_STATS_HOT 0
+#endif
+
+// X(GROUP, kind): kind COLD = scalar fields below, HOT = per-class counters below.
+#define HAK_STATS_GROUPS(X)                                                                        \
+    X(SS_OS_STATS, COLD)                                                                           \
+    X(LARGE_STATS, COLD)                                                                           \
+    X(HEAP_STATS, HOT)                                                                             \
+    X(FRONT_CLASS, HOT)
+
+#define HAK_SS_OS_STATS_FIELDS(X)                                                                  \
+    X(alloc)         /* superslabs handed to heaps */                                              \
+    X(free)          /* superslabs given back by heaps */                                          \
+    X(mmap_total)    /* mmap calls */                                                              \
+    X(munmap)        /* munmap calls */                                                            \
+    X(madvise)       /* madvise calls */                                                           \
+    X(huge_alloc)    /* superslabs backed by huge pages */                                         \
+    X(huge_fail)     /* huge page attempts that fell back */                                       \
+    X(cache_hit)     /* superslab taken from the empty-superslab cache */                          \
+    X(cache_miss)    /* superslab had to be mapped */                                              \
+    X(cache_release) /* empty superslab unmapped because the cache was full */                     \
+    X(abandon)       /* superslabs left with live blocks by an exiting thread */                   \
+    X(adopt)         /* abandoned superslabs taken over by another thread */                       \
+    X(mapped_kb)     /* currently mapped superslab + large memory */                               \
+    X(mapped_peak_kb)
+
+#define HAK_LARGE_STATS_FIELDS(X)                                                                  \
+    X(alloc)                                                                                       \
+    X(free)                                                                                        \
+    X(cached)  /* served from a cached 2 MiB superslab */                                          \
+    X(mapped)  /* served by its own mapping */                                                     \
+    X(live_kb) /* currently allocated large memory */
+
+// Per-class hot counters: key c<i>_<name> for tiny classes, mid_<name> summed over the mid pool.
+#define HAK_HEAP_STATS_COUNTERS(X)  X(fast) X(slow)
+#define HAK_FRONT_CLASS_COUNTERS(X) X(alloc) X(free) X(remote_free)
+
+#define HAK_FIELD(name) _Atomic uint64_t name;
+typedef struct {
+    HAK_SS_OS_STATS_FIELDS(HAK_FIELD)
+} hak_ss_os_stats;
+typedef struct {
+    HAK_LARGE_STATS_FIELDS(HAK_FIELD)
+} hak_large_stats;
+#undef HAK_FIELD
+
+extern hak_ss_os_stats hak_stats_ss_os;
+extern hak_large_stats hak_stats_large;
+
+#define hak_stat_add(group, field, n)                                                              \
+    atomic_fetch_add_explicit(&hak_stats_##group.field, (uint64_t)(n), memory_order_relaxed)
+#define hak_stat_sub(group, field, n)                                                              \
+    atomic_fetch_sub_explicit(&hak_stats_##group.field, (uint64_t)(n), memory_order_relaxed)
+void hak_stat_mapped(long delta_bytes);
+
+#define HAK_COUNTER(name) uint64_t name[HAK_CLASS_COUNT];
+typedef struct {
+    HAK_HEAP_STATS_COUNTERS(HAK_COUNTER)
+    HAK_FRONT_CLASS_COUNTERS(HAK_COUNTER)
+} hak_hot_stats;
+#undef HAK_COUNTER
+
+#if HAK_STATS_HOT
+#define HAK_HOT_STAT(heap, counter, cls) ((heap)->hot.counter[cls]++)
+#else
+#define HAK_HOT_STAT(heap, counter, cls) ((void)0)
+#endif
+
+struct hak_heap;
+void hak_stats_merge_heap(struct hak_heap *heap);
+void hak_stats_print(void);
+
+#endif
