@@ -1,0 +1,436 @@
+"""The A/B engine as a library: an ABSpec in, an ABResult (and a results directory) out.
+
+Side B is ``profile`` (+ ``sets``) under ``allocator``; side A is ``baseline`` (default:
+the same profile without the sets) under ``baseline_allocator`` (default: the same). Every
+workload gets interleaved pairs in random order within each pair (hakbench.schedule), the
+first ``warmup_pairs`` discarded; one observe run per side with the ``stats`` variant shows
+whether the switch that differs actually routed anything (NOT-ENGAGED otherwise).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hakbench import stats as st
+from hakbench.cell import Cell, make_cell
+from hakbench.collect.allocstats import route_hits
+from hakbench.errors import UsageError
+from hakbench.meta import collect_meta
+from hakbench.metrics import GUARDRAILS, METRICS
+from hakbench.progress import Progress
+from hakbench.pyperf_export import complete_pairs
+from hakbench.runner import perf_usable, run_sample
+from hakbench.schedule import ab_schedule
+from hakbench.store import RunStore, write_json, write_pyperf
+
+# A switch that picks a front path -> the stats group whose route_hits shows the path ran.
+ENGAGEMENT_GROUPS = {
+    "HAKMEM_TINY_HOTHEAP_V2": "HOTHEAP_V2_STATS",
+    "HAKMEM_SMALL_HEAP_V3_ENABLED": "SMALL_HEAP_V3_STATS",
+    "HAKMEM_TINY_HEAP_PROFILE": "TINY_HEAP_STATS",
+    "HAKMEM_TINY_HEAP_CLASSES": "TINY_HEAP_STATS",
+}
+
+# Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
+# while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
+# ~12-30 s. More pairs narrow the median's CI as 1/sqrt(n); 30 pairs detected 2 % in 11/15
+# trials on a quiet VM (research/ab_sensitivity_on_this_vm.md); 100 still fit in ~30 s
+# under load, where the CI is 2-4 times wider.
+DEFAULT_WORKLOADS = ("mixed",)
+DEFAULT_PAIRS = 100
+DEFAULT_WARMUP_PAIRS = 3
+DEFAULT_PROFILE = "C7_SAFE"
+# Metrics a timed A/B can be judged on. task-clock (the harness's CPU time) is the choice on
+# a loaded VM: at load 3.5-8.7 on 2 cores (2026-11-22, 100 pairs, 12 trials) its paired CI
+# was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
+# times against 1/4, because time spent waiting for a CPU is not in it.
+TIMED_METRICS = ("throughput", "task_clock_ms")
+
+SUMMARY_FIELDS = (
+    "workload",
+    "metric",
+    "role",
+    "a_median",
+    "b_median",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_holm",
+    "n_pairs",
+    "verdict",
+)
+
+
+@dataclass
+class ABSpec:
+    profile: str = DEFAULT_PROFILE
+    baseline: str | None = None
+    sets: dict = field(default_factory=dict)
+    allocator: str = "hakmem"
+    baseline_allocator: str | None = None
+    variant: str = "fast"
+    workloads: tuple = DEFAULT_WORKLOADS
+    pairs: int = DEFAULT_PAIRS
+    warmup_pairs: int = DEFAULT_WARMUP_PAIRS
+    threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
+    seed: int = 1
+    metric: str = "throughput"  # a TIMED_METRICS name, or "instructions"
+    rev: str | None = None
+    baseline_rev: str | None = None
+    timeout: float = 120.0
+    perf: bool = True
+    observe: bool = True
+    name: str | None = None
+
+    def describe(self) -> str:
+        def side(allocator, profile, sets):
+            text = allocator + (f" {profile}" if allocator == "hakmem" else "")
+            return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
+
+        a = side(self.baseline_allocator or self.allocator, self.baseline or self.profile, {})
+        return f"A = {a}, B = {side(self.allocator, self.profile, self.sets)}"
+
+
+@dataclass
+class ABResult:
+    out: Path
+    spec: ABSpec
+    cells: dict  # workload -> (cell A, cell B)
+    comparisons: list  # stats.Comparison
+    roles: dict  # metric -> primary | guardrail | info
+    engagement: dict  # workload -> {"status": engaged|not-engaged|unknown|n/a, "detail": str}
+    failed: list  # failed samples
+    unavailable: list  # metric names unavailable on this machine
+    interrupted: bool = False
+    shas: dict = field(default_factory=dict)
+    changed_libraries: list = field(default_factory=list)  # rebuilt while the A/B ran
+
+    def primary(self) -> list:
+        return [c for c in self.comparisons if self.roles.get(c.metric) == "primary"]
+
+    def verdicts(self) -> dict:
+        return {c.workload: c.verdict for c in self.primary()}
+
+
+def build_cells(spec: ABSpec, builds: dict) -> dict:
+    """workload -> (A, B); names, profiles and HAKMEM_* keys are validated here."""
+    cells = {}
+    for w in spec.workloads:
+        b = make_cell(
+            spec.allocator,
+            w,
+            variant=spec.variant,
+            profile=spec.profile,
+            sets=spec.sets,
+            build=builds.get("B"),
+        )
+        a = make_cell(
+            spec.baseline_allocator or spec.allocator,
+            w,
+            variant=spec.variant,
+            profile=spec.baseline or spec.profile,
+            build=builds.get("A"),
+        )
+        for c in (a, b):
+            alloc = c.resolved_allocator()
+            if not alloc.available:
+                raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+        cells[b.workload.name] = (a, b)
+    return cells
+
+
+def differing_switches(a: Cell, b: Cell) -> dict:
+    """HAKMEM_* keys whose value differs between the two cells: key -> (A value, B value)."""
+    if a.allocator != "hakmem" or b.allocator != "hakmem":
+        return {}
+    keys = {k for k in (*a.env, *b.env) if k.startswith("HAKMEM_")}
+    return {k: (a.env.get(k), b.env.get(k)) for k in sorted(keys) if a.env.get(k) != b.env.get(k)}
+
+
+def engagement(a: Cell, b: Cell, observed: dict) -> dict:
+    """Did the path a differing switch selects run on either side? ``observed``: side ->
+    alloc_stats of that side's stats run (None when it failed)."""
+    switches = {k: v for k, v in differing_switches(a, b).items() if k in ENGAGEMENT_GROUPS}
+    if not switches:
+        return {"status": "n/a", "detail": "no routing switch differs"}
+    notes = []
+    status = "engaged"
+    for key in switches:
+        group = ENGAGEMENT_GROUPS[key]
+        hits = {s: route_hits(observed[s], group) if observed.get(s) else None for s in "AB"}
+        notes.append(f"{key} -> {group} route_hits A={hits['A']} B={hits['B']}")
+        if any(h is None for h in hits.values()):
+            status = "unknown" if status == "engaged" else status
+        elif all(h == 0 for h in hits.values()):
+            status = "not-engaged"
+    return {"status": status, "detail": "; ".join(notes)}
+
+
+def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
+    builds, shas = {}, {}
+    for side, rev in (("B", spec.rev), ("A", spec.baseline_rev)):
+        if rev:
+            from hakbench.revs import build_at_rev  # issue 8's module, needed only here
+
+            rb = build_at_rev(rev)
+            builds[side], shas[side] = Path(rb.build_dir), rb.sha
+    return builds, shas
+
+
+def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None) -> ABResult:
+    """Run the whole A/B and write every output file into ``out``."""
+    known = (*TIMED_METRICS, "instructions")
+    if spec.metric not in known:
+        raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
+    if spec.metric == "task_clock_ms" and not (spec.perf and perf_usable()):
+        raise UsageError("--metric task-clock needs perf stat (missing here or --no-perf)")
+    builds, shas = _resolve_builds(spec)
+    cells = build_cells(spec, builds)
+    store = RunStore(out, fresh=True)
+    meta = collect_meta(
+        command,
+        kind="ab",
+        variant=spec.variant,
+        spec=asdict(spec),
+        description=spec.describe(),
+        cells={
+            w: {
+                side: {
+                    "key": c.key,
+                    "label": c.label,
+                    "env": c.env,
+                    "preload": str(c.resolved_allocator().preload or ""),
+                    "preload_sha256": _sha256(c.resolved_allocator().preload),
+                    "argv": c.command()[0],
+                }
+                for side, c in (("A", a), ("B", b))
+            }
+            for w, (a, b) in cells.items()
+        },
+        rev_shas=shas,
+    )
+    store.write_meta(meta)
+    interrupted = False
+    observed: dict = {}
+    slots = []
+    if spec.metric in TIMED_METRICS:
+        slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
+    observe = spec.observe and any(
+        "hakmem" in (a.allocator, b.allocator) for a, b in cells.values()
+    )
+    n_obs = sum(c.allocator == "hakmem" for ab in cells.values() for c in ab) if observe else 0
+    n_total = n_obs + len(slots) + (2 * len(cells) if spec.metric == "instructions" else 0)
+    progress = Progress(n_total, "ab") if show_progress else None
+
+    def record(sample, **extra):
+        sample.update(extra)
+        store.append(sample)
+        if progress:
+            progress.step(sample["status"] == "ok", sample.get("error") or "")
+        return sample
+
+    try:
+        for w, (a, b) in cells.items() if observe else ():
+            for side, cell in (("A", a), ("B", b)):
+                if cell.allocator != "hakmem":
+                    continue
+                s = record(_observe(cell, spec), side=side, pair=None, round=None)
+                observed[(w, side)] = s["alloc_stats"] if s["status"] == "ok" else None
+        if spec.metric == "instructions":
+            for a, b in cells.values():
+                for side, cell in (("A", a), ("B", b)):
+                    record(_instructions_sample(cell), side=side, pair=0, round=0)
+        for slot in slots:
+            a, b = cells[slot.workload]
+            cell = a if slot.side == "A" else b
+            s = run_sample(cell, phase=slot.phase, perf=spec.perf, timeout=spec.timeout)
+            record(s, side=slot.side, pair=slot.pair, round=slot.round)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if progress:
+            progress.close()
+    samples = store.samples()
+    engaged = {
+        w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
+        if observe
+        else {"status": "n/a", "detail": "no hakmem side" if spec.observe else "not observed"}
+        for w, (a, b) in cells.items()
+    }
+    comparisons, roles = analyse(samples, list(cells), spec)
+    for c in comparisons:
+        if roles[c.metric] == "primary" and engaged[c.workload]["status"] == "not-engaged":
+            c.verdict = st.NOT_ENGAGED
+    result = ABResult(
+        out=store.path,
+        spec=spec,
+        cells=cells,
+        comparisons=comparisons,
+        roles=roles,
+        engagement=engaged,
+        failed=[s for s in samples if s["status"] != "ok"],
+        unavailable=sorted(
+            {
+                u
+                for s in samples
+                if s["status"] == "ok" and s["phase"] == "measure"
+                for u in s.get("unavailable", [])
+            }
+        ),
+        interrupted=interrupted,
+        shas=shas,
+        changed_libraries=sorted(
+            {
+                side["preload"]
+                for per_workload in meta["cells"].values()
+                for side in per_workload.values()
+                if side["preload"] and _sha256(Path(side["preload"])) != side["preload_sha256"]
+            }
+        ),
+    )
+    write_outputs(result, samples)
+    meta["changed_libraries"] = result.changed_libraries
+    meta["finished"] = not interrupted
+    meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
+    meta["n_samples"] = len(samples)
+    meta["verdicts"] = result.verdicts()
+    store.write_meta(meta)
+    return result
+
+
+def _sha256(path: Path | None) -> str | None:
+    """Identity of a preloaded library: a rebuild during a run shows up as a changed hash."""
+    if path is None or not Path(path).exists():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _observe(cell: Cell, spec: ABSpec) -> dict:
+    """The stats-variant run of a hakmem cell: its counter groups, not timed."""
+    stats_cell = Cell(
+        cell.allocator, "stats", cell.profile, cell.workload, cell.env, cell.build, cell.sets
+    )
+    return run_sample(stats_cell, phase="observe", perf=False, stats=True, timeout=spec.timeout)
+
+
+def _instructions_sample(cell: Cell) -> dict:
+    from hakbench.instructions import measure_instructions  # issue 8's module
+
+    r = measure_instructions(cell)
+    ok = r.get("status") == "ok" and r.get("ir_per_op")
+    return {
+        "cell": cell.key,
+        "phase": "instructions",
+        "allocator": cell.allocator_label,
+        "variant": cell.variant,
+        "profile": cell.profile,
+        "workload": cell.workload.name,
+        "env": dict(cell.env),
+        "argv": None,
+        "status": "ok" if ok else "failed",
+        "returncode": None,
+        "signal": None,
+        "error": r.get("error"),
+        "stderr_tail": "",
+        "metrics": {"ir_per_op": r["ir_per_op"]} if ok else {},
+        "unavailable": [],
+        "harness": {},
+        "alloc_stats": {},
+        "instructions": r,
+        "started": None,
+        "wall_s": None,
+    }
+
+
+def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):
+    """Comparisons of every metric both sides have; primary and guardrails judged."""
+    comparisons = []
+    roles = {}
+    if spec.metric == "instructions":
+        roles["ir_per_op"] = "primary"
+        for w in workloads:
+            vals = {
+                s["side"]: s["metrics"]["ir_per_op"]
+                for s in samples
+                if s["workload"] == w and s["phase"] == "instructions" and s["status"] == "ok"
+            }
+            a, b = vals.get("A", math.nan), vals.get("B", math.nan)
+            ratio = b / a if a and not math.isnan(a) else math.nan
+            c = st.Comparison(
+                w, "ir_per_op", a, b, ratio, ratio, ratio, math.nan, len(vals) // 2, False
+            )
+            c.verdict = st.exact_verdict(
+                ratio, threshold_pct=spec.threshold_pct, higher_is_better=False
+            )
+            comparisons.append(c)
+        return comparisons, roles
+    primary = spec.metric
+    for w in workloads:
+        pairs = complete_pairs(samples, w)
+        names = [m for m in METRICS if any(m in a["metrics"] for a, _ in pairs)]
+        for m in names:
+            both = [
+                (a["metrics"][m], b["metrics"][m])
+                for a, b in pairs
+                if m in a["metrics"] and m in b["metrics"]
+            ]
+            roles[m] = "primary" if m == primary else "guardrail" if m in GUARDRAILS else "info"
+            comparisons.append(
+                st.compare_paired(
+                    w, m, [x for x, _ in both], [y for _, y in both], METRICS[m].higher_is_better
+                )
+            )
+        if not pairs:
+            roles[primary] = "primary"
+            comparisons.append(
+                st.Comparison(w, primary, *([math.nan] * 6), 0, METRICS[primary].higher_is_better)
+            )
+    st.judge([c for c in comparisons if roles[c.metric] != "info"], spec.threshold_pct)
+    for c in comparisons:
+        if roles[c.metric] == "info":
+            c.verdict = ""
+    return comparisons, roles
+
+
+def write_outputs(result: ABResult, samples: list[dict]) -> None:
+    from hakbench.report.markdown import write_ab_report
+    from hakbench.report.plots import plot_paired_ratios
+
+    out = result.out
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SUMMARY_FIELDS)
+        w.writeheader()
+        for c in result.comparisons:
+            w.writerow(
+                {
+                    "workload": c.workload,
+                    "metric": c.metric,
+                    "role": result.roles[c.metric],
+                    "a_median": c.a_median,
+                    "b_median": c.b_median,
+                    "ratio": c.ratio,
+                    "ci_low": c.ci_low,
+                    "ci_high": c.ci_high,
+                    "p_value": c.p_value,
+                    "p_holm": c.p_holm,
+                    "n_pairs": c.n_pairs,
+                    "verdict": c.verdict,
+                }
+            )
+    write_json(out / "engagement.json", result.engagement)
+    if result.spec.metric in TIMED_METRICS:
+        write_pyperf(samples, out / "pyperf")
+        plot_paired_ratios(
+            samples,
+            result.spec.metric,
+            list(result.cells),
+            out / "paired_ratios.png",
+            threshold_pct=result.spec.threshold_pct,
+        )
+    write_ab_report(result, samples, out / "report.md")

@@ -1,0 +1,137 @@
+"""``hakbench ab``: interleaved paired A/B of two cells per workload, judged and reported."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hakbench import ab as engine
+from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError
+from hakbench.profiles import parse_sets
+from hakbench.report.markdown import VERDICT_HEADER, verdict_rows
+from hakbench.store import default_run_dir
+
+
+def _print_table(header, rows) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    for r in (header, *rows):
+        click.echo("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+
+
+@click.command("ab")
+@click.option(
+    "--profile", "-p", default=engine.DEFAULT_PROFILE, show_default=True, help="side B's profile"
+)
+@click.option("--baseline", help="side A's profile [default: --profile without the --set]")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="applied to B")
+@click.option("--allocator", "-a", default="hakmem", show_default=True, help="B's allocator")
+@click.option("--baseline-allocator", help="A's allocator [default: --allocator]")
+@click.option("--variant", default="fast", show_default=True)
+@click.option(
+    "--workload",
+    "-w",
+    "workloads",
+    multiple=True,
+    help=f"repeatable [default: {', '.join(engine.DEFAULT_WORKLOADS)}]",
+)
+@click.option(
+    "--runs",
+    "-n",
+    default=engine.DEFAULT_PAIRS,
+    show_default=True,
+    type=click.IntRange(1, 100000),
+    help="measured pairs per workload",
+)
+@click.option(
+    "--warmup",
+    default=engine.DEFAULT_WARMUP_PAIRS,
+    show_default=True,
+    type=click.IntRange(0, 1000),
+    help="discarded warm-up pairs",
+)
+@click.option(
+    "--threshold",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, 100),
+    help="smallest change in % that counts",
+)
+@click.option(
+    "--metric",
+    type=click.Choice(["throughput", "task-clock", "instructions"]),
+    default="throughput",
+    show_default=True,
+    help="judged metric: throughput; task-clock (CPU time, steadier on a loaded VM); "
+    "instructions (callgrind Ir/op, one run per side)",
+)
+@click.option("--seed", default=1, show_default=True, type=int, help="pair order seed")
+@click.option("--rev", help="build B at this git revision")
+@click.option("--baseline-rev", help="build A at this git revision")
+@click.option("--timeout", default=120.0, show_default=True, help="seconds per process")
+@click.option("--no-perf", is_flag=True, help="do not wrap processes in perf stat")
+@click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@click.option("--fail-on", type=click.Choice(["no-go"]), help="exit 1 on a NO-GO")
+def ab_cmd(
+    profile,
+    baseline,
+    sets,
+    allocator,
+    baseline_allocator,
+    variant,
+    workloads,
+    runs,
+    warmup,
+    threshold,
+    metric,
+    seed,
+    rev,
+    baseline_rev,
+    timeout,
+    no_perf,
+    out,
+    fail_on,
+):
+    """Is B better than A? Interleaved randomised pairs, Wilcoxon + Holm, GO/NO-GO/NEUTRAL."""
+    spec = engine.ABSpec(
+        profile=profile,
+        baseline=baseline,
+        sets=parse_sets(sets),
+        allocator=allocator,
+        baseline_allocator=baseline_allocator,
+        variant=variant,
+        workloads=tuple(workloads) or engine.DEFAULT_WORKLOADS,
+        pairs=runs,
+        warmup_pairs=warmup,
+        threshold_pct=threshold,
+        seed=seed,
+        metric="task_clock_ms" if metric == "task-clock" else metric,
+        rev=rev,
+        baseline_rev=baseline_rev,
+        timeout=timeout,
+        perf=not no_perf,
+    )
+    out = out or default_run_dir(f"ab-{profile}")
+    click.echo(spec.describe(), err=True)
+    result = engine.run_ab(spec, out)
+    _print_table(VERDICT_HEADER[:-1], [r[:-1] for r in verdict_rows(result)])
+    for g in result.comparisons:
+        if result.roles[g.metric] == "guardrail" and g.verdict not in ("NEUTRAL", ""):
+            click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
+    for lib in result.changed_libraries:
+        click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
+    if result.failed:
+        click.echo(f"{len(result.failed)} sample(s) failed; see report.md")
+    if result.unavailable:
+        click.echo("unavailable here: " + ", ".join(result.unavailable))
+    click.echo(str(result.out))
+    if result.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if all(c.n_pairs == 0 for c in result.primary()):
+        raise MeasurementError(f"no complete pair for any workload; see {result.out}/report.md")
+    if fail_on == "no-go" and any(c.verdict == "NO-GO" for c in result.primary()):
+        sys.exit(EXIT_GATE)
+
+
+COMMANDS = [ab_cmd]

@@ -1,0 +1,221 @@
+"""report.md of an A/B: the verdicts, the rule, the numbers behind them, what failed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from hakbench.metrics import METRICS
+from hakbench.stats import ALPHA, RULE
+
+# Rows of the per-workload table, in the order of the existing notes.
+TABLE_METRICS = (
+    "throughput",
+    "task_clock_ms",
+    "user_s",
+    "sys_s",
+    "wall_s",
+    "page_faults",
+    "minflt",
+    "majflt",
+    "maxrss_kb",
+    "context_switches",
+    "cycles",
+    "instructions",
+    "ipc",
+    "branch_misses",
+    "ir_per_op",
+)
+
+
+def fmt(v, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and abs(v) < 1e4:
+        return f"{v:.{digits}g}"
+    return f"{v:,.0f}"
+
+
+def fmt_ratio(c) -> str:
+    if math.isnan(c.ratio):
+        return "-"
+    ci = "" if c.ci_low == c.ci_high else f" [{c.ci_low:.4f}, {c.ci_high:.4f}]"
+    return f"{c.ratio:.4f}{ci}"
+
+
+def fmt_p(p) -> str:
+    return "-" if p is None or math.isnan(p) else f"{p:.3g}"
+
+
+def verdict_rows(result) -> list[list[str]]:
+    """Workload, verdict, ratio, CI, p, p_holm, pairs, engagement, guardrail verdicts."""
+    rows = []
+    for c in result.primary():
+        guards = [
+            f"{g.metric} {g.verdict} ({fmt_ratio(g)})"
+            for g in result.comparisons
+            if g.workload == c.workload and result.roles[g.metric] == "guardrail"
+        ]
+        rows.append(
+            [
+                c.workload,
+                c.verdict,
+                fmt_ratio(c),
+                fmt_p(c.p_value),
+                fmt_p(c.p_holm),
+                str(c.n_pairs),
+                result.engagement[c.workload]["status"],
+                "; ".join(guards) or "-",
+            ]
+        )
+    return rows
+
+
+VERDICT_HEADER = [
+    "workload",
+    "verdict",
+    "B/A (95 % CI)",
+    "p",
+    "p_holm",
+    "pairs",
+    "engaged",
+    "guardrails",
+]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def write_ab_report(result, samples: list[dict], path: Path) -> Path:
+    spec = result.spec
+    lines = [f"# A/B: {spec.describe()}", ""]
+    if result.interrupted:
+        lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
+    design = (
+        "one callgrind run per side"
+        if spec.metric == "instructions"
+        else f"{spec.pairs} measured pairs + {spec.warmup_pairs} warm-up pairs per workload, "
+        f"seed {spec.seed}"
+    )
+    lines += [
+        f"Results: `{result.out}` · metric: {spec.metric} · variant: {spec.variant} · "
+        f"{design} · threshold {spec.threshold_pct:g} %",
+        "",
+    ]
+    if result.shas:
+        lines += ["Revisions: " + ", ".join(f"{k} = `{v}`" for k, v in result.shas.items()), ""]
+    for lib in result.changed_libraries:
+        lines += [
+            f"**Warning**: `{lib}` changed while this A/B ran (rebuilt?); samples before and "
+            "after used different code.",
+            "",
+        ]
+    lines += ["## Verdicts", ""]
+    lines += _table(VERDICT_HEADER, verdict_rows(result))
+    lines += ["", "## The rule", ""]
+    if spec.metric == "instructions":
+        lines += [
+            "Exact counts (callgrind Ir per harness op, start-up netted), one run per side: "
+            f"GO when B/A <= 1 - {spec.threshold_pct:g} %, NO-GO when B/A >= 1 + "
+            f"{spec.threshold_pct:g} %, else NEUTRAL. No p-value: the count does not vary.",
+            "",
+        ]
+    else:
+        m = METRICS[spec.metric]
+        direction = f"{'higher' if m.higher_is_better else 'lower'} {spec.metric} is better"
+        lines += [
+            RULE.format(alpha=ALPHA, threshold=spec.threshold_pct, direction=direction),
+            "",
+        ]
+    lines += [
+        "NOT-ENGAGED overrides the timing verdict when a routing switch differs between A and "
+        "B and the stats run of both sides shows route_hits=0 for its path.",
+        "",
+    ]
+    for w, (a, b) in result.cells.items():
+        lines += [f"## {w}", "", f"- A: `{a.label}` ({a.key})", f"- B: `{b.label}` ({b.key})"]
+        lines += [
+            f"- engagement: {result.engagement[w]['status']} — {result.engagement[w]['detail']}",
+            "",
+        ]
+        rows = []
+        by_metric = {c.metric: c for c in result.comparisons if c.workload == w}
+        for m in TABLE_METRICS:
+            c = by_metric.get(m)
+            if c is None:
+                continue
+            meta = METRICS[m]
+            rows.append(
+                [
+                    m,
+                    meta.unit,
+                    "higher" if meta.higher_is_better else "lower",
+                    fmt(c.a_median),
+                    fmt(c.b_median),
+                    fmt_ratio(c),
+                    fmt_p(c.p_value),
+                    c.verdict or "(info)",
+                ]
+            )
+        lines += _table(
+            ["metric", "unit", "better", "A median", "B median", "B/A (95 % CI)", "p", "verdict"],
+            rows,
+        )
+        lines.append("")
+    if result.unavailable:
+        lines += [
+            "## Unavailable here",
+            "",
+            "Not measured on this machine (recorded as unavailable, never as 0): "
+            + ", ".join(result.unavailable)
+            + ".",
+            "",
+        ]
+    lines += ["## Failed samples", ""]
+    if not result.failed:
+        lines += ["None.", ""]
+    for s in result.failed:
+        sig = f", signal {s['signal']}" if s.get("signal") else ""
+        lines += [
+            f"- seq {s.get('seq')} {s.get('phase')} side {s.get('side')} pair {s.get('pair')} "
+            f"`{s.get('allocator')}` {s.get('workload')}: **{s['status']}**{sig} — "
+            f"{s.get('error')}"
+        ]
+        if s.get("stderr_tail"):
+            tail = "\n".join("      " + ln for ln in s["stderr_tail"].splitlines())
+            lines += ["", "  stderr tail:", "", tail, ""]
+    n_failed_pairs = len(
+        {(s.get("workload"), s.get("pair")) for s in result.failed if s.get("phase") == "measure"}
+    )
+    if n_failed_pairs:
+        lines += ["", f"{n_failed_pairs} pair(s) dropped entirely because a side failed.", ""]
+    launchers = {s.get("launcher") for s in samples if s.get("phase") == "measure"}
+    how = [
+        "- throughput is the harness's own `Throughput` line (timed loop only); CPU times, "
+        "faults and switches are the harness process's own: "
+        + {
+            "perf": "perf counts the child only, user/sys are its rusage tool events",
+            "time": "GNU time's wait4 of the harness for faults and switches; user/sys from "
+            "hakbench's wait4 of time (time's ~1 ms included)",
+            "direct": "hakbench's wait4 of the harness",
+        }.get(next(iter(launchers), None) if len(launchers) == 1 else None, "mixed launchers")
+        + ".",
+        "- maxrss_kb is the harness's `maxrss_kb=` line. It includes the pre-exec image of "
+        "the process that started it, the same on both sides: perf ~2 MB, GNU time ~0.3 MB, "
+        "hakbench itself ~70 MB (then do not read the RSS guardrail).",
+        f"- Launcher of the measured processes: {', '.join(sorted(map(str, launchers)))}.",
+    ]
+    lines += [
+        "## Notes",
+        "",
+        *how,
+        "- Files: samples.jsonl (every process), meta.json (provenance), summary.csv, "
+        "pyperf/<workload>/{a,b}.json (complete pairs only), paired_ratios.png, "
+        "engagement.json.",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+    return path

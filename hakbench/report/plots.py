@@ -1,0 +1,51 @@
+"""paired_ratios.png: every measured pair's B/A ratio of the judged metric, per workload, in
+run order, with the median, its CI and the threshold band, so a drift or a mode switch shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from hakbench.pyperf_export import complete_pairs  # noqa: E402
+from hakbench.stats import median_ci, paired_ratios  # noqa: E402
+
+
+def plot_paired_ratios(
+    samples: list[dict],
+    metric: str,
+    workloads: list[str],
+    path: Path,
+    *,
+    threshold_pct: float = 1.0,
+) -> Path | None:
+    panels = []
+    for w in workloads:
+        pairs = complete_pairs(samples, w)
+        pairs = [(x, y) for x, y in pairs if metric in x["metrics"] and metric in y["metrics"]]
+        a = [x["metrics"][metric] for x, _ in pairs]
+        b = [y["metrics"][metric] for _, y in pairs]
+        panels.append((w, paired_ratios(a, b)))
+    panels = [(w, r) for w, r in panels if len(r)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
+    t = threshold_pct / 100
+    for ax, (w, r) in zip(axes[:, 0], panels, strict=True):
+        med, lo, hi = median_ci(r)
+        ax.axhspan(1 - t, 1 + t, color="0.9", label=f"±{threshold_pct:g} % band")
+        ax.axhline(1.0, color="0.5", lw=0.8)
+        ax.plot(range(len(r)), r, "o", ms=3, color="tab:blue", label="pair B/A")
+        ax.axhline(med, color="tab:red", lw=1.2, label=f"median {med:.4f}")
+        ax.axhspan(lo, hi, color="tab:red", alpha=0.15, label="95 % CI")
+        ax.set_title(f"{w}: {metric} B/A per pair (n={len(r)})", fontsize=10)
+        ax.set_xlabel("pair (run order)")
+        ax.set_ylabel("B/A")
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,311 @@
+"""Run one sample: one process of one cell, in a clean environment, measured and parsed.
+
+What the numbers mean (ISSUE 5 asks for the harness's own rusage, not perf's):
+
+- With perf (the default when it works) the process is ``perf stat -x, -o FILE -e ... --
+  harness``. perf is the harness's parent and reaps it with wait4; its tool events
+  ``user_time``/``system_time`` are that rusage (the harness's own CPU times), and the
+  software events (task-clock, page-faults, minor/major-faults, context-switches) count the
+  harness only. perf's own start-up is outside every counter. Voluntary/involuntary switches
+  are not split by perf, so nvcsw/nivcsw are unavailable there (context_switches has their
+  sum). wall_s is what hakbench saw, perf's start-up included.
+- Without perf the harness runs under GNU time (``/usr/bin/time -o FILE -f ...``), which
+  forks it and reports its wait4 rusage: faults and switches exactly, CPU times only to
+  10 ms, so user/sys are taken from our wait4 of time (time's own ~1 ms included). Without
+  GNU time the harness is our own child and wait4 gives its rusage directly.
+- Max RSS, in every mode, is the harness's own ``maxrss_kb=`` line. Linux carries the
+  replaced image's RSS high-water mark across exec into ru_maxrss, so a harness exec'd by a
+  child of this Python process reports Python's ~70 MB; one forked by perf reports perf's
+  image (~+2 MB), by GNU time ~+0.3 MB; the same offset on both sides of an A/B. The
+  harness reading VmHWM instead would remove it.
+
+perf exits 0 when its workload dies of a signal and only prints ``argv0: <strsignal>`` on
+stderr (tools/perf/builtin-stat.c psignal), so the signal is read back from that line. perf
+6.1 also has a race: its SIGCHLD handler (skip_signal) sets child_pid = -1, and if the child
+is already dead when perf reaches ``if (child_pid != -1) wait4(...)`` it never reaps it: no
+status, no rusage. 1 in 100 runs of a program that crashes at once lost its signal here.
+So a perf sample that ended with status 0 and no Throughput line is run again without perf
+to learn how it really ended, and perf's tool times count only when perf did reap the child.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import signal as _signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from hakbench.collect.allocstats import parse_alloc_stats
+from hakbench.collect.harness import parse_harness_output
+from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv, probe_perf
+from hakbench.metrics import PERF_EVENTS, PERF_NS_EVENTS
+
+STDERR_TAIL_LINES = 15
+# Events beyond probe_perf's list: the split fault counts and perf's rusage tool events.
+EXTRA_PERF_EVENTS = ("minor-faults", "major-faults", "user_time", "system_time")
+_SIGNAL_BY_TEXT = {_signal.strsignal(s): int(s) for s in _signal.valid_signals() if s < 65}
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def perf_usable() -> bool:
+    return bool(probe_perf().get("available"))
+
+
+def perf_events() -> list[str]:
+    return [*SOFTWARE_EVENTS, *EXTRA_PERF_EVENTS, *HARDWARE_EVENTS]
+
+
+def _tail(text: str, n: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def signal_from_perf_stderr(stderr: str, argv0: str) -> int | None:
+    """The signal perf reported for its workload (``<argv0>: Segmentation fault``)."""
+    prefix = f"{argv0}: "
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(prefix) and line[len(prefix) :].strip() in _SIGNAL_BY_TEXT:
+            return _SIGNAL_BY_TEXT[line[len(prefix) :].strip()]
+    return None
+
+
+def perf_metrics(text: str) -> tuple[dict, list[str]]:
+    """Metrics and unavailable names from a ``perf stat -x,`` output file."""
+    st = parse_perf_csv(text)
+    metrics: dict = {}
+    unavailable: list[str] = []
+    # perf prints a tool time of 0 as "<not counted>" (its run time is the value itself); its
+    # own footer says "0.000000000 seconds sys" for the same run: a measured zero. But when
+    # both are missing perf did not reap the child (see above) and nothing was measured.
+    reaped = any(
+        st.counters.get(e) is not None and st.counters[e].value is not None for e in PERF_NS_EVENTS
+    )
+    for event, name in PERF_EVENTS.items():
+        c = st.counters.get(event)
+        if c is None:
+            continue
+        value = c.value
+        if value is None and event in PERF_NS_EVENTS and c.status == "not counted" and reaped:
+            value = 0.0
+        if value is None:
+            unavailable.append(name)
+            continue
+        metrics[name] = value * 1e-9 if event in PERF_NS_EVENTS else value
+    if "cycles" in metrics and "instructions" in metrics and metrics["cycles"] > 0:
+        metrics["ipc"] = metrics["instructions"] / metrics["cycles"]
+    elif "cycles" in unavailable or "instructions" in unavailable:
+        unavailable.append("ipc")
+    return metrics, sorted(set(unavailable))
+
+
+GNU_TIME = Path("/usr/bin/time")
+# GNU time format: a tag, then major and minor faults, voluntary and involuntary switches.
+# A signal shows as "Command terminated by signal N" before it.
+TIME_FORMAT = "hakbench-rusage %F %R %w %c"
+_TIME_SIGNAL = "Command terminated by signal "
+
+
+def gnu_time_usable() -> bool:
+    return GNU_TIME.exists() and os.access(GNU_TIME, os.X_OK)
+
+
+def parse_gnu_time(text: str) -> tuple[dict, int | None]:
+    """Metrics and the signal (if any) from a GNU time ``-o`` file written with TIME_FORMAT."""
+    metrics: dict = {}
+    sig = None
+    for line in text.splitlines():
+        if line.startswith(_TIME_SIGNAL):
+            sig = int(line[len(_TIME_SIGNAL) :].strip())
+        elif line.startswith("hakbench-rusage "):
+            majflt, minflt, nvcsw, nivcsw = (int(x) for x in line.split()[1:5])
+            metrics = {
+                "majflt": majflt,
+                "minflt": minflt,
+                "page_faults": majflt + minflt,
+                "nvcsw": nvcsw,
+                "nivcsw": nivcsw,
+            }
+    return metrics, sig
+
+
+def rusage_metrics(ru) -> dict:
+    """Metrics from a wait4 rusage of the harness (not its ru_maxrss: see the module doc)."""
+    return {
+        "user_s": ru.ru_utime,
+        "sys_s": ru.ru_stime,
+        "minflt": ru.ru_minflt,
+        "majflt": ru.ru_majflt,
+        "nvcsw": ru.ru_nvcsw,
+        "nivcsw": ru.ru_nivcsw,
+        "page_faults": ru.ru_minflt + ru.ru_majflt,
+    }
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, object, bool]:
+    """wait4 the process; on timeout kill its whole process group. -> (status, rusage, timed_out)"""
+    timed_out = threading.Event()
+
+    def kill_group():
+        timed_out.set()
+        try:
+            os.killpg(proc.pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(timeout, kill_group)
+    timer.start()
+    try:
+        _, status, ru = os.wait4(proc.pid, 0)
+    except KeyboardInterrupt:
+        kill_group()
+        os.wait4(proc.pid, 0)
+        proc.returncode = -1
+        raise
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, ru, timed_out.is_set()
+
+
+def run_sample(
+    cell,
+    *,
+    phase: str = "measure",
+    perf: bool = True,
+    stats: bool = False,
+    timeout: float = 120.0,
+    args=None,
+) -> dict:
+    """One process of ``cell``; never raises for a failed process: the sample says so."""
+    alloc = cell.resolved_allocator()
+    sample = {
+        "cell": cell.key,
+        "phase": phase,
+        "allocator": cell.allocator_label,
+        "variant": cell.variant,
+        "profile": cell.profile,
+        "workload": cell.workload.name,
+        "env": dict(cell.env),
+        "argv": None,
+        "status": "error",
+        "returncode": None,
+        "signal": None,
+        "error": None,
+        "stderr_tail": "",
+        "metrics": {},
+        "unavailable": [],
+        "harness": {},
+        "alloc_stats": {},
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
+        "wall_s": None,
+    }
+    if not alloc.available:
+        sample["error"] = alloc.missing_reason
+        return sample
+    argv, env = cell.command(args)
+    if stats:
+        env["HAKMEM_STATS"] = "1"
+    sample["argv"] = argv
+    sample["launcher"] = None
+    if not Path(argv[0]).exists():
+        sample["error"] = f"{argv[0]} not built (run `make build`)"
+        return sample
+    use_perf = perf and perf_usable()
+    use_time = not use_perf and gnu_time_usable()
+    with tempfile.TemporaryDirectory(prefix="hakbench-") as tmp:
+        out_path, err_path, perf_path = (Path(tmp) / n for n in ("out", "err", "perf.csv"))
+        time_path = Path(tmp) / "time.txt"
+        full = argv
+        if use_perf:
+            full = ["perf", "stat", "-x,", "-o", str(perf_path), "-e", ",".join(perf_events())]
+            full += ["--", *argv]
+        elif use_time:
+            full = [str(GNU_TIME), "-o", str(time_path), "-f", TIME_FORMAT, "--", *argv]
+        sample["launcher"] = "perf" if use_perf else "time" if use_time else "direct"
+        t0 = time.perf_counter()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            try:
+                proc = subprocess.Popen(
+                    full, stdout=out, stderr=err, env=env, start_new_session=True
+                )
+            except OSError as e:
+                sample["error"] = f"cannot start {full[0]}: {e}"
+                return sample
+            status, ru, timed_out = _wait(proc, timeout)
+        sample["wall_s"] = time.perf_counter() - t0
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
+        perf_text = perf_path.read_text(errors="replace") if perf_path.exists() else ""
+        time_text = time_path.read_text(errors="replace") if time_path.exists() else ""
+    sample["stderr_tail"] = _tail(stderr)
+    code = os.waitstatus_to_exitcode(status)
+    sig = -code if code < 0 else None
+    if use_perf and sig is None:
+        sig = signal_from_perf_stderr(stderr, argv[0])
+    time_metrics, time_sig = parse_gnu_time(time_text) if use_time else ({}, None)
+    if time_sig is not None:
+        sig, code = time_sig, -time_sig  # time exits 128+N; report it as the harness's signal
+    sample["returncode"] = code
+    sample["signal"] = sig
+    harness = parse_harness_output(stdout)
+    sample["harness"] = harness
+    sample["alloc_stats"] = parse_alloc_stats(stderr)
+    if use_perf:
+        metrics, unavailable = perf_metrics(perf_text)
+        unavailable += ["nvcsw", "nivcsw"]
+    else:
+        metrics, unavailable = {**rusage_metrics(ru), **time_metrics}, []
+        unavailable += [
+            "task_clock_ms",
+            "context_switches",
+            "cpu_migrations",
+            "cycles",
+            "instructions",
+            "branch_misses",
+            "ipc",
+        ]
+    metrics["wall_s"] = sample["wall_s"]
+    if isinstance(harness.get("maxrss_kb"), int) and harness["maxrss_kb"] > 0:
+        metrics["maxrss_kb"] = harness["maxrss_kb"]
+    else:
+        unavailable.append("maxrss_kb")
+    if harness.get("throughput"):
+        metrics["throughput"] = harness["throughput"]
+    sample["metrics"] = metrics
+    sample["unavailable"] = sorted(set(unavailable))
+    if use_perf and code == 0 and sig is None and harness.get("throughput") is None:
+        rerun = run_sample(cell, phase=phase, perf=False, stats=stats, timeout=timeout, args=args)
+        rerun["error"] = (
+            "perf lost the exit status (its SIGCHLD race); re-run without perf: "
+            f"{rerun['error'] or rerun['status']}"
+        )
+        rerun["perf_lost_status"] = True
+        return rerun
+    if timed_out:
+        sample["status"] = "timeout"
+        sample["error"] = f"timed out after {timeout:g} s (process group killed)"
+    elif sig is not None:
+        sample["status"] = "failed"
+        sample["error"] = f"killed by signal {sig} ({signal_name(sig)})"
+    elif code != 0:
+        sample["status"] = "failed"
+        sample["error"] = f"exit status {code}"
+    elif harness.get("throughput") is None:
+        sample["error"] = "no 'Throughput = N ops/s' line on stdout"
+    elif alloc.expect_impl not in str(harness.get("malloc_impl", "")):
+        sample["status"] = "wrong_allocator"
+        sample["error"] = (
+            f"malloc_impl={harness.get('malloc_impl')!r} does not name {alloc.expect_impl}"
+        )
+    else:
+        sample["status"] = "ok"
+    return sample

@@ -1,0 +1,263 @@
+"""The A/B engine end to end on the real harness (system vs mimalloc), plus the crash,
+interrupt and engagement paths. Workloads are short versions defined in a tmp lab."""
+
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hakbench.ab import ABSpec, differing_switches, engagement, run_ab
+from hakbench.allocators import resolve_allocator
+from hakbench.cell import Cell
+from hakbench.cli import main
+from hakbench.profiles import Workload
+from hakbench.runner import perf_usable
+
+REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"
+MIMALLOC = resolve_allocator("mimalloc")
+
+pytestmark = [
+    pytest.mark.skipif(not (REAL_BENCH / "bench_tiny_hot").exists(), reason="make build first"),
+    pytest.mark.skipif(not MIMALLOC.available, reason="libmimalloc2.0 not installed"),
+]
+
+WORKLOADS = """\
+[hot]
+program = "bench_tiny_hot"
+args = ["--size", "64", "--batch", "100", "--cycles", "10000", "--seed", "42"]
+
+[mixed_tiny]
+program = "bench_random_mixed"
+args = ["--min", "16", "--max", "1024", "--ws", "256", "--iters", "50000", "--seed", "42"]
+
+[flaky]
+program = "flaky"
+
+[interrupting]
+program = "interrupting"
+"""
+
+
+@pytest.fixture
+def lab(tmp_path, monkeypatch):
+    bench = tmp_path / "build" / "bench"
+    bench.mkdir(parents=True)
+    for name in ("bench_tiny_hot", "bench_random_mixed"):
+        (bench / name).symlink_to(REAL_BENCH / name)
+    real = REAL_BENCH / "bench_random_mixed"
+    args = "--min 16 --max 1024 --ws 64 --iters 20000 --seed 1"
+    # The 3rd process under mimalloc dies of SIGSEGV; every other one is the real harness.
+    (bench / "flaky").write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$LD_PRELOAD" in *mimalloc*)
+          n=$(cat {tmp_path}/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > {tmp_path}/count
+          if [ "$n" = 3 ]; then echo "flaky: faulting now" >&2; kill -SEGV $$; fi;;
+        esac
+        exec {real} {args}
+        """)
+    )
+    # Ctrl-C from the user, as the 5th process starts.
+    (bench / "interrupting").write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        n=$(cat {tmp_path}/icount 2>/dev/null || echo 0); n=$((n+1)); echo $n > {tmp_path}/icount
+        if [ "$n" = 5 ]; then
+          p=$PPID  # hakbench, or GNU time when hakbench runs the harness under it
+          [ "$(cat /proc/$p/comm)" = time ] && p=$(cut -d' ' -f4 /proc/$p/stat)
+          kill -INT $p; sleep 5
+        fi
+        exec {real} {args}
+        """)
+    )
+    for name in ("flaky", "interrupting"):
+        (bench / name).chmod(0o755)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "workloads.toml").write_text(WORKLOADS)
+    (tmp_path / "profiles" / "c7_safe.toml").write_text('name = "C7_SAFE"\n')
+    monkeypatch.setenv("HAKBENCH_ROOT", str(tmp_path))
+    return tmp_path
+
+
+def test_system_vs_mimalloc_tiny_hot_is_no_go_with_every_file(lab):
+    out = lab / "res"
+    argv = "ab -a system --baseline-allocator mimalloc -w hot --runs 20 --warmup 1 --fail-on no-go"
+    r = CliRunner().invoke(main, [*argv.split(), "--out", str(out)])
+    assert r.exit_code == 1, r.output  # the gate trips on the NO-GO
+    assert r.output.strip().splitlines()[-1] == str(out)
+    for f in (
+        "samples.jsonl",
+        "meta.json",
+        "summary.csv",
+        "report.md",
+        "paired_ratios.png",
+        "pyperf/hot/a.json",
+        "pyperf/hot/b.json",
+    ):
+        assert (out / f).exists(), f
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    hot = next(x for x in rows if x["workload"] == "hot" and x["metric"] == "throughput")
+    assert hot["verdict"] == "NO-GO" and float(hot["ratio"]) < 0.9 and hot["n_pairs"] == "20"
+    assert {"a_median", "b_median", "ci_low", "ci_high", "p_value", "p_holm"} <= set(hot)
+    samples = [json.loads(x) for x in open(out / "samples.jsonl")]
+    assert len(samples) == 2 * 21
+    assert {s["phase"] for s in samples} == {"warmup", "measure"}
+    orders = {
+        tuple(s["side"] for s in samples if s["round"] == r and s["workload"] == "hot")
+        for r in range(21)
+    }
+    assert orders == {("A", "B"), ("B", "A")}  # randomised within pairs
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["finished"] and meta["verdicts"]["hot"] == "NO-GO" and "perf" in meta
+    report = (out / "report.md").read_text()
+    assert "Wilcoxon" in report and "| hot | NO-GO |" in report
+    cmp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyperf",
+            "compare_to",
+            str(out / "pyperf/hot/a.json"),
+            str(out / "pyperf/hot/b.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert cmp.returncode == 0 and "hot/seconds_per_op" in cmp.stdout
+
+
+def test_aa_is_neutral_on_every_workload(lab):
+    spec = ABSpec(
+        allocator="system",
+        workloads=("hot", "mixed_tiny"),
+        pairs=20,
+        warmup_pairs=1,
+        threshold_pct=3.0,
+    )
+    result = run_ab(spec, lab / "aa", show_progress=False)
+    assert result.verdicts() == {"hot": "NEUTRAL", "mixed_tiny": "NEUTRAL"}
+    assert all(c.p_holm >= c.p_value for c in result.primary())  # Holm over 2 workloads
+    assert (lab / "aa" / "pyperf" / "mixed_tiny" / "b.json").exists()
+
+
+@pytest.mark.skipif(not perf_usable(), reason="task-clock needs perf stat")
+def test_task_clock_metric_judges_cpu_time(lab):
+    spec = ABSpec(
+        allocator="system",
+        baseline_allocator="mimalloc",
+        workloads=("hot",),
+        pairs=12,
+        warmup_pairs=1,
+        metric="task_clock_ms",
+    )
+    result = run_ab(spec, lab / "tc", show_progress=False)
+    (c,) = result.primary()
+    assert c.metric == "task_clock_ms" and c.ratio > 1.1  # glibc spends more CPU here
+    assert c.verdict == "NO-GO"  # lower is better: more CPU time is a regression
+    assert result.roles["throughput"] == "info"
+    assert "lower task_clock_ms is better" in (lab / "tc" / "report.md").read_text()
+
+
+def test_crash_is_listed_and_its_pair_dropped(lab):
+    spec = ABSpec(
+        allocator="mimalloc",
+        baseline_allocator="system",
+        workloads=("flaky",),
+        pairs=6,
+        warmup_pairs=0,
+    )
+    result = run_ab(spec, lab / "crash", show_progress=False)
+    (failed,) = result.failed
+    assert failed["signal"] == 11 and "faulting now" in failed["stderr_tail"]
+    (c,) = result.primary()
+    assert c.n_pairs == 5
+    report = (lab / "crash" / "report.md").read_text()
+    assert "signal 11" in report and "faulting now" in report and "1 pair(s) dropped" in report
+    a = json.loads((lab / "crash/pyperf/flaky/a.json").read_text())
+    b = json.loads((lab / "crash/pyperf/flaky/b.json").read_text())
+    assert len(a["benchmarks"][0]["runs"]) == len(b["benchmarks"][0]["runs"]) == 5
+
+
+def test_ctrl_c_writes_the_report_and_exits_130(lab):
+    out = lab / "int"
+    r = CliRunner().invoke(
+        main,
+        [
+            "ab",
+            "-a",
+            "system",
+            "-w",
+            "interrupting",
+            "--runs",
+            "10",
+            "--warmup",
+            "0",
+            "--no-perf",
+            "--out",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 130, r.output
+    samples = [json.loads(x) for x in open(out / "samples.jsonl")]
+    assert len(samples) == 4  # the four that finished before Ctrl-C
+    assert "Interrupted" in (out / "report.md").read_text()
+    assert json.loads((out / "meta.json").read_text())["finished"] is False
+
+
+def test_bad_input_exits_2(lab):
+    r = CliRunner().invoke(main, ["ab", "-a", "system", "-w", "nope"])
+    assert r.exit_code == 2 and "known: flaky, hot" in r.output
+    r = CliRunner().invoke(main, ["ab", "-a", "system", "-w", "hot", "--profile", "nope"])
+    assert r.exit_code == 2 and "known: C7_SAFE" in r.output
+    (lab / "used").mkdir()
+    (lab / "used" / "samples.jsonl").write_text("")
+    r = CliRunner().invoke(main, ["ab", "-a", "system", "-w", "hot", "--out", str(lab / "used")])
+    assert r.exit_code == 2 and "already holds samples" in r.output
+    r = CliRunner().invoke(main, ["ab", "--set", "oops"])
+    assert r.exit_code == 2 and "KEY=VALUE" in r.output
+
+
+def test_library_rebuilt_during_the_run_is_flagged(lab):
+    # "hakmem" here is a copy of mimalloc; the 3rd process appends a byte to it, as a
+    # rebuild would change it (trailing bytes do not stop ld.so loading it).
+    lib = lab / "build" / "fast" / "libhakmem.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(MIMALLOC.preload.read_bytes())
+    real = REAL_BENCH / "bench_random_mixed"
+    script = lab / "build" / "bench" / "rebuilding"
+    script.write_text(
+        f"#!/bin/sh\nn=$(cat {lab}/rcount 2>/dev/null || echo 0); n=$((n+1)); "
+        f"echo $n > {lab}/rcount\n[ $n = 3 ] && printf x >> {lib}\n"
+        f"exec {real} --ws 64 --iters 20000\n"
+    )
+    script.chmod(0o755)
+    with open(lab / "profiles" / "workloads.toml", "a") as f:
+        f.write('[rebuilding]\nprogram = "rebuilding"\n')
+    spec = ABSpec(allocator="hakmem", workloads=("rebuilding",), pairs=3, warmup_pairs=0)
+    result = run_ab(spec, lab / "reb", show_progress=False)
+    assert result.changed_libraries == [str(lib)]
+    assert "changed while this A/B ran" in (lab / "reb" / "report.md").read_text()
+    assert json.loads((lab / "reb" / "meta.json").read_text())["changed_libraries"] == [str(lib)]
+
+
+def _cell(env):
+    return Cell("hakmem", "fast", "P", Workload("w", "p", (), ""), env)
+
+
+def test_engagement_rule():
+    a = _cell({"HAKMEM_TINY_HOTHEAP_V2": "0"})
+    b = _cell({"HAKMEM_TINY_HOTHEAP_V2": "1"})
+    assert differing_switches(a, b) == {"HAKMEM_TINY_HOTHEAP_V2": ("0", "1")}
+    zero = {"HOTHEAP_V2_STATS": {"route_hits": 0}}
+    ran = {"HOTHEAP_V2_STATS": {"route_hits": 12}}
+    assert engagement(a, b, {"A": zero, "B": zero})["status"] == "not-engaged"
+    assert engagement(a, b, {"A": zero, "B": ran})["status"] == "engaged"
+    assert engagement(a, b, {"A": zero, "B": None})["status"] == "unknown"
+    assert engagement(a, a, {"A": zero, "B": zero})["status"] == "n/a"
+    other = _cell({"HAKMEM_SS_MEM_LEAN": "1"})
+    assert engagement(_cell({}), other, {"A": zero, "B": zero})["status"] == "n/a"

@@ -1,0 +1,112 @@
+"""Statistics on synthetic data shaped like this VM: two speed modes ~30 % apart that both
+runs of a pair share, plus a few per-run outliers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from hakbench import stats as st
+
+
+def paired_runs(n, effect, seed, noise=0.01):
+    """Throughputs of n pairs: a shared mode per pair, B = A * effect, per-run noise."""
+    rng = np.random.default_rng(seed)
+    mode = np.where(rng.random(n) < 0.37, 1 / 1.3, 1.0) * 75e6
+    a = mode * np.exp(rng.normal(0, noise, n))
+    b = mode * effect * np.exp(rng.normal(0, noise, n))
+    spikes = rng.random(n) < 0.1  # a pair straddling a mode switch
+    b[spikes] *= 1.3
+    return a, b
+
+
+def judged(a, b, threshold=1.0):
+    c = st.compare_paired("w", "throughput", a, b, True)
+    st.judge([c], threshold)
+    return c
+
+
+def test_aa_is_neutral_in_nearly_every_trial():
+    verdicts = [judged(*paired_runs(30, 1.0, seed)).verdict for seed in range(200)]
+    false_calls = sum(v != st.NEUTRAL for v in verdicts)
+    assert false_calls <= 10  # alpha is 5 %, and the threshold must also be passed
+
+
+def test_known_slowdown_is_no_go_and_speedup_go():
+    c = judged(*paired_runs(30, 0.95, 1))
+    assert c.verdict == st.NO_GO
+    assert c.ci_low <= 0.95 <= c.ci_high
+    assert judged(*paired_runs(30, 1.05, 2)).verdict == st.GO
+
+
+def test_significant_but_below_threshold_is_neutral():
+    a, b = paired_runs(60, 0.995, 3, noise=0.001)
+    c = judged(a, b, threshold=1.0)
+    assert c.p_value < 0.05
+    assert c.verdict == st.NEUTRAL
+
+
+def test_lower_is_better_metric_direction():
+    a = np.full(30, 1000.0)
+    b = a * np.linspace(1.09, 1.11, 30)
+    c = st.compare_paired("w", "maxrss_kb", a, b, False)
+    st.judge([c])
+    assert c.verdict == st.NO_GO
+    c = st.compare_paired("w", "maxrss_kb", b, a, False)
+    st.judge([c])
+    assert c.verdict == st.GO
+
+
+def test_identical_values_give_p_one():
+    assert st.wilcoxon_p(np.ones(20)) == 1.0
+    c = judged(np.full(20, 5.0), np.full(20, 5.0))
+    assert c.ratio == 1.0 and c.verdict == st.NEUTRAL
+
+
+def test_median_ci_order_statistics():
+    x = np.arange(1, 31, dtype=float)  # n = 30: the classic interval is [x_10, x_21]
+    med, lo, hi = st.median_ci(x)
+    assert (med, lo, hi) == (15.5, 10.0, 21.0)
+    med, lo, hi = st.median_ci([3.0, 1.0, 2.0])  # too few for 95 %: the full range
+    assert (lo, hi) == (1.0, 3.0)
+    assert all(math.isnan(v) for v in st.median_ci([]))
+
+
+def test_median_ci_covers_at_the_stated_rate():
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(400):
+        _, lo, hi = st.median_ci(rng.standard_cauchy(25))
+        covered += lo <= 0.0 <= hi
+    assert covered / 400 >= 0.93
+
+
+def test_holm_adjustment():
+    assert st.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert st.holm([0.5]) == [0.5]
+    adjusted = st.holm([0.2, float("nan"), 0.01])
+    assert adjusted[0] == pytest.approx(0.2) and math.isnan(adjusted[1])
+    assert adjusted[2] == pytest.approx(0.02)
+
+
+def test_holm_turns_a_marginal_result_neutral_across_workloads():
+    comps = []
+    for w in ("x", "y", "z"):
+        c = st.Comparison(w, "throughput", 1, 1, 0.97, 0.95, 0.99, 0.03, 30, True)
+        comps.append(c)
+    st.judge(comps)
+    assert all(c.p_holm == pytest.approx(0.09) for c in comps)
+    assert all(c.verdict == st.NEUTRAL for c in comps)
+    st.judge(comps[:1])
+    assert comps[0].verdict == st.NO_GO
+
+
+def test_paired_ratios_drop_nonpositive_and_keep_zero_zero():
+    r = st.paired_ratios([1, 0, 0, 2], [2, 0, 5, 0])
+    assert sorted(r) == [1.0, 2.0]
+
+
+def test_exact_verdict_for_instruction_counts():
+    assert st.exact_verdict(0.98, higher_is_better=False) == st.GO
+    assert st.exact_verdict(1.02, higher_is_better=False) == st.NO_GO
+    assert st.exact_verdict(1.005, higher_is_better=False) == st.NEUTRAL
