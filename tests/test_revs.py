@@ -1,0 +1,96 @@
+"""Builds at a git revision: in a throwaway worktree, cached by SHA, reused without rebuilding."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from hakbench import paths
+from hakbench.cli import main
+from hakbench.errors import MeasurementError, UsageError
+from hakbench.revs import LOG, STAMP, build_at_rev, resolve_rev, rev_build_dir
+
+ROOT = paths.repo_root()
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+def has_file(rev: str, path: str) -> bool:
+    return git("cat-file", "-e", f"{rev}:{path}").returncode == 0
+
+
+def worktrees() -> str:
+    return git("worktree", "list", "--porcelain").stdout
+
+
+pytestmark = pytest.mark.skipif(
+    git("rev-parse", "--verify", "HEAD").returncode != 0, reason="repository has no commit"
+)
+
+
+def test_resolve_rev_gives_the_full_sha():
+    head = git("rev-parse", "HEAD").stdout.strip()
+    assert resolve_rev("HEAD") == head
+    assert resolve_rev(head[:10]) == head
+    with pytest.raises(UsageError, match="unknown git revision"):
+        resolve_rev("no-such-branch-xyz")
+
+
+def test_failed_build_raises_and_leaves_no_stamp_or_worktree():
+    root_commit = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
+    if has_file(root_commit, "allocator/allocator.mk"):
+        pytest.skip("the root commit builds; no known-broken revision to try")
+    before = worktrees()
+    build_dir = rev_build_dir(root_commit)
+    try:
+        with pytest.raises(MeasurementError, match="build at .* failed"):
+            build_at_rev(root_commit)
+        assert not (build_dir / STAMP).exists()
+        assert (build_dir / LOG).exists()  # kept for diagnosis
+        assert worktrees() == before
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    not (has_file("HEAD", "allocator/allocator.mk") and has_file("HEAD", "harness/harness.mk")),
+    reason="HEAD does not contain the allocator and harness yet",
+)
+def test_head_is_built_once_and_reused():
+    before = worktrees()
+    first = build_at_rev("HEAD")
+    assert first.sha == resolve_rev("HEAD")
+    assert first.build_dir == ROOT / "build" / f"rev-{first.sha}"
+    assert paths.bench_binary("bench_random_mixed", build=first.build_dir).exists()
+    assert (first.build_dir / "fast" / "libhakmem.so").exists()
+    stamp, log = first.build_dir / STAMP, first.build_dir / LOG
+    stamp_mtime, log_mtime = stamp.stat().st_mtime_ns, log.stat().st_mtime_ns
+
+    second = build_at_rev(first.sha[:12])
+    assert second == first
+    assert stamp.stat().st_mtime_ns == stamp_mtime  # no rebuild: nothing rewritten
+    assert log.stat().st_mtime_ns == log_mtime
+    assert worktrees() == before  # the temporary worktree is gone
+
+
+@pytest.mark.skipif(
+    not (has_file("HEAD", "allocator/allocator.mk") and has_file("HEAD", "harness/harness.mk")),
+    reason="HEAD does not contain the allocator and harness yet",
+)
+def test_ab_against_head_records_both_sides(tmp_path):
+    """``ab --baseline-rev HEAD`` end to end: A built at HEAD, B the working tree."""
+    head = resolve_rev("HEAD")
+    out = tmp_path / "ab"
+    args = ["ab", "-p", "LEGACY", "-w", "mixed_short", "--metric", "instructions"]
+    r = CliRunner().invoke(main, [*args, "--baseline-rev", "HEAD", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["rev_shas"] == {"A": head}
+    cells = meta["cells"]["mixed_short"]
+    assert cells["A"] != cells["B"]  # same profile, different build: A ran from build/rev-<sha>
+    row = (out / "summary.csv").read_text().splitlines()[1]
+    assert row.startswith("mixed_short,ir_per_op,primary,")
