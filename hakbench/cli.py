@@ -12,12 +12,16 @@ import sys
 
 import click
 
-from hakbench import __version__
+from hakbench import __version__, meta
 from hakbench.errors import HakbenchError
 
 
 class _Group(click.Group):
     """Turn HakbenchError into one line on stderr and its exit code."""
+
+    def main(self, args=None, *a, **kw):
+        meta.INVOCATION = ["hakbench", *(sys.argv[1:] if args is None else list(args))]
+        return super().main(args, *a, **kw)
 
     def invoke(self, ctx):
         try:

@@ -66,9 +66,18 @@ def build_info(variant: str | None, build: Path | None = None) -> dict:
     return {"build_info": text} if text else {}
 
 
+# The hakbench command line as the CLI received it (set by cli.main; sys.argv is a test
+# runner's when the CLI is invoked in-process).
+INVOCATION: list[str] | None = None
+
+
+def command_line() -> list[str]:
+    return list(INVOCATION) if INVOCATION is not None else list(sys.argv)
+
+
 def collect_meta(command: list[str] | str | None = None, **extra) -> dict:
     """The provenance dict; ``extra`` keys are added verbatim (variant, profiles, ...)."""
-    cmd = command if command is not None else sys.argv
+    cmd = command if command is not None else command_line()
     if isinstance(cmd, list):
         cmd = shlex.join(cmd)
     gcc = _run(["gcc", "--version"])

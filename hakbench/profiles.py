@@ -161,12 +161,16 @@ def resolve_workload(name: str, workloads: Mapping[str, Workload] | None = None)
     return workloads[key]
 
 
-@lru_cache(maxsize=4)
 def load_options(binary: Path | None = None) -> tuple[dict, ...]:
     """The allocator's options table from ``build/bin/hakmem-options --json``."""
-    binary = binary or paths.options_binary()
+    binary = (binary or paths.options_binary()).resolve()
     if not binary.exists():
         raise UsageError(f"{binary} not built; run `make build`")
+    return _options_of(binary, binary.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _options_of(binary: Path, _mtime_ns: int) -> tuple[dict, ...]:
     r = subprocess.run([str(binary), "--json"], capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
         raise UsageError(f"{binary} --json failed: {r.stderr.strip()[:200]}")

@@ -11,6 +11,7 @@ import click
 
 from hakbench import soak
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.meta import command_line
 from hakbench.report.soak import verdict_lines
 
 
@@ -171,7 +172,7 @@ def soak_command(
     session = soak.run_soak(
         plan,
         out,
-        shlex.join(["hakbench", *sys.argv[1:]]),
+        shlex.join(command_line()),
         on_epoch=progress.epoch,
         on_phase=progress.phase,
     )
