@@ -5,14 +5,21 @@ the same profile without the sets) under ``baseline_allocator`` (default: the sa
 workload gets interleaved pairs in random order within each pair (hakbench.schedule), the
 first ``warmup_pairs`` discarded; one observe run per side with the ``stats`` variant shows
 whether the switch that differs actually routed anything (NOT-ENGAGED otherwise).
+
+perf modes (``ABSpec.perf``): ``observe`` (default) runs the measured pairs as the harness
+alone and takes perf counters from ``perf_runs`` extra perf-wrapped runs per side (phase
+"perf", interleaved A/B, after the pairs), reported apart from the verdict; ``each`` wraps
+every process in ``perf stat`` (needed for ``--metric task-clock``); ``off`` runs no perf.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import math
 import os
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +28,7 @@ from hakbench.cell import Cell, make_cell
 from hakbench.collect.allocstats import route_hits
 from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
-from hakbench.metrics import GUARDRAILS, METRICS
+from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.progress import Progress
 from hakbench.pyperf_export import complete_pairs
 from hakbench.runner import perf_usable, run_sample
@@ -50,10 +57,23 @@ DEFAULT_PROFILE = "C7_SAFE"
 # was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
 # times against 1/4, because time spent waiting for a CPU is not in it.
 TIMED_METRICS = ("throughput", "task_clock_ms")
+# Why pairs run without perf by default: wrapping every sample in `perf stat` roughly doubled
+# the width of the throughput CI and halved power on this VM (same ~2 % A/B, load 2.6-3.6:
+# CI width 4.9-7.5 % with perf against 1.7-4.3 % without; detected 1/4 against 3/4; 12-20 s
+# against 7-10 s per trial). The counters still come from a few perf runs per side.
+PERF_MODES = ("observe", "each", "off")
+DEFAULT_PERF_MODE = "observe"
+DEFAULT_PERF_RUNS = 3
+PERF_MODE_WHY = (
+    "Measured pairs run without perf by default because on this VM wrapping every sample in "
+    "`perf stat` roughly doubled the width of the throughput CI (4.9-7.5 % against 1.7-4.3 % "
+    "without, same ~2 % A/B at load 2.6-3.6) and halved the detections (1/4 against 3/4)."
+)
 
 SUMMARY_FIELDS = (
     "workload",
     "metric",
+    "source",
     "role",
     "a_median",
     "b_median",
@@ -84,9 +104,20 @@ class ABSpec:
     rev: str | None = None
     baseline_rev: str | None = None
     timeout: float = 120.0
-    perf: bool = True
+    perf: str = DEFAULT_PERF_MODE  # one of PERF_MODES
+    perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
     observe: bool = True
     name: str | None = None
+
+    @property
+    def is_aa(self) -> bool:
+        """Bare ``ab --profile P``: A is P itself, so A and B are the same cell."""
+        return (
+            self.baseline in (None, self.profile)
+            and not self.sets
+            and self.baseline_allocator in (None, self.allocator)
+            and self.rev == self.baseline_rev
+        )
 
     def describe(self) -> str:
         def side(allocator, profile, sets):
@@ -94,7 +125,8 @@ class ABSpec:
             return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
 
         a = side(self.baseline_allocator or self.allocator, self.baseline or self.profile, {})
-        return f"A = {a}, B = {side(self.allocator, self.profile, self.sets)}"
+        text = f"A = {a}, B = {side(self.allocator, self.profile, self.sets)}"
+        return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
 
 
 @dataclass
@@ -106,10 +138,13 @@ class ABResult:
     roles: dict  # metric -> primary | guardrail | info
     engagement: dict  # workload -> {"status": engaged|not-engaged|unknown|n/a, "detail": str}
     failed: list  # failed samples
-    unavailable: list  # metric names unavailable on this machine
+    unavailable: list  # metric names no measured or perf run of this A/B had
     interrupted: bool = False
     shas: dict = field(default_factory=dict)
     changed_libraries: list = field(default_factory=list)  # rebuilt while the A/B ran
+    perf_counters: list = field(default_factory=list)  # stats.Comparison, source "perf"
+    perf_note: str = ""  # why perf counter runs were not taken, when they were not
+    noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
 
     def primary(self) -> list:
         return [c for c in self.comparisons if self.roles.get(c.metric) == "primary"]
@@ -188,8 +223,12 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     known = (*TIMED_METRICS, "instructions")
     if spec.metric not in known:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
-    if spec.metric == "task_clock_ms" and not (spec.perf and perf_usable()):
-        raise UsageError("--metric task-clock needs perf stat (missing here or --no-perf)")
+    if spec.perf not in PERF_MODES:
+        raise UsageError(f"unknown perf mode '{spec.perf}'; known: {', '.join(PERF_MODES)}")
+    if spec.metric == "task_clock_ms" and not (spec.perf == "each" and perf_usable()):
+        raise UsageError(
+            "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
+        )
     builds, shas = _resolve_builds(spec)
     cells = build_cells(spec, builds)
     store = RunStore(out, fresh=True)
@@ -216,16 +255,26 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         rev_shas=shas,
     )
     store.write_meta(meta)
+    noise_warning = noise_warning_for(spec)
     interrupted = False
     observed: dict = {}
-    slots = []
+    slots, perf_slots, perf_note = [], [], ""
     if spec.metric in TIMED_METRICS:
         slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
+        if spec.perf == "observe" and spec.perf_runs > 0:
+            if perf_usable():
+                perf_slots = [
+                    dataclasses.replace(s, phase="perf")
+                    for s in ab_schedule(list(cells), spec.perf_runs, 0, spec.seed + 1)
+                ]
+            else:
+                perf_note = "perf is not usable here: no perf counter runs"
     observe = spec.observe and any(
         "hakmem" in (a.allocator, b.allocator) for a, b in cells.values()
     )
     n_obs = sum(c.allocator == "hakmem" for ab in cells.values() for c in ab) if observe else 0
-    n_total = n_obs + len(slots) + (2 * len(cells) if spec.metric == "instructions" else 0)
+    n_total = n_obs + len(slots) + len(perf_slots)
+    n_total += 2 * len(cells) if spec.metric == "instructions" else 0
     progress = Progress(n_total, "ab") if show_progress else None
 
     def record(sample, **extra):
@@ -246,10 +295,11 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
             for a, b in cells.values():
                 for side, cell in (("A", a), ("B", b)):
                     record(_instructions_sample(cell), side=side, pair=0, round=0)
-        for slot in slots:
+        for slot in (*slots, *perf_slots):
             a, b = cells[slot.workload]
             cell = a if slot.side == "A" else b
-            s = run_sample(cell, phase=slot.phase, perf=spec.perf, timeout=spec.timeout)
+            perf = slot.phase == "perf" or spec.perf == "each"
+            s = run_sample(cell, phase=slot.phase, perf=perf, timeout=spec.timeout)
             record(s, side=slot.side, pair=slot.pair, round=slot.round)
     except KeyboardInterrupt:
         interrupted = True
@@ -275,14 +325,10 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         roles=roles,
         engagement=engaged,
         failed=[s for s in samples if s["status"] != "ok"],
-        unavailable=sorted(
-            {
-                u
-                for s in samples
-                if s["status"] == "ok" and s["phase"] == "measure"
-                for u in s.get("unavailable", [])
-            }
-        ),
+        unavailable=unmeasured(samples),
+        perf_counters=perf_counter_table(samples, list(cells)),
+        perf_note=perf_note,
+        noise_warning=noise_warning,
         interrupted=interrupted,
         shas=shas,
         changed_libraries=sorted(
@@ -302,6 +348,48 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     meta["verdicts"] = result.verdicts()
     store.write_meta(meta)
     return result
+
+
+def noise_warning_for(spec: ABSpec) -> str | None:
+    """The latest calibration's warning when the threshold is below what the pairs can see.
+    Calibration measures the noise of throughput pairs, so other metrics get no warning."""
+    if spec.metric != "throughput":
+        return None
+    from hakbench.calibrate import noise_warning
+
+    return noise_warning(spec.threshold_pct, spec.pairs)
+
+
+def unmeasured(samples: list[dict]) -> list[str]:
+    """Metrics that no ok measured or perf run had (hardware counters here, for instance)."""
+    ok = [s for s in samples if s["status"] == "ok" and s["phase"] in ("measure", "perf")]
+    missing = {u for s in ok for u in s.get("unavailable", [])}
+    return sorted(missing - {m for s in ok for m in s["metrics"]})
+
+
+def perf_counter_table(samples: list[dict], workloads: list[str]) -> list:
+    """Per workload and perf metric: the median of each side's perf runs and their ratio.
+    Not paired and not judged: a few runs per side describe, they do not decide."""
+    rows = []
+    for w in workloads:
+        runs = [s for s in samples if s["phase"] == "perf" and s["workload"] == w]
+        runs = [s for s in runs if s["status"] == "ok" and s.get("launcher") == "perf"]
+        for m in PERF_SOURCED:
+            values = {
+                x: [s["metrics"][m] for s in runs if s["side"] == x and m in s["metrics"]]
+                for x in "AB"
+            }
+            if not (values["A"] and values["B"]):
+                continue
+            a, b = statistics.median(values["A"]), statistics.median(values["B"])
+            ratio = b / a if a else math.nan
+            n = min(len(values["A"]), len(values["B"]))
+            row = st.Comparison(
+                w, m, a, b, ratio, math.nan, math.nan, math.nan, n, METRICS[m].higher_is_better
+            )
+            row.verdict, row.source = "", "perf"
+            rows.append(row)
+    return rows
 
 
 def _sha256(path: Path | None) -> str | None:
@@ -365,6 +453,7 @@ def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):
             c = st.Comparison(
                 w, "ir_per_op", a, b, ratio, ratio, ratio, math.nan, len(vals) // 2, False
             )
+            c.source = "instructions"
             c.verdict = st.exact_verdict(
                 ratio, threshold_pct=spec.threshold_pct, higher_is_better=False
             )
@@ -406,12 +495,13 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=SUMMARY_FIELDS)
         w.writeheader()
-        for c in result.comparisons:
+        for c in (*result.comparisons, *result.perf_counters):
             w.writerow(
                 {
                     "workload": c.workload,
                     "metric": c.metric,
-                    "role": result.roles[c.metric],
+                    "source": c.source,
+                    "role": result.roles[c.metric] if c.source != "perf" else "info",
                     "a_median": c.a_median,
                     "b_median": c.b_median,
                     "ratio": c.ratio,

@@ -25,9 +25,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import numpy as np
-from scipy import stats as _st
+from statistics import NormalDist
 
 from hakbench import paths
 from hakbench import stats as st
@@ -113,6 +111,8 @@ def judge_trial(
     failed: int = 0,
 ) -> Trial:
     """The ab verdict of one trial's pairs (one workload, so Holm changes nothing)."""
+    import numpy as np  # heavy imports live where they are used: `hakbench --help` stays fast
+
     c = st.compare_paired("cal", "throughput", a, b, higher_is_better=True)
     v = st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=threshold_pct)
     logs = [float(x) for x in np.log(st.paired_ratios(a, b))]
@@ -124,7 +124,7 @@ def judge_trial(
 def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     if n == 0:
         return (math.nan, math.nan)
-    z = _st.norm.ppf(1 - (1 - confidence) / 2)
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     p = successes / n
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
@@ -134,6 +134,8 @@ def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, 
 
 def robust_sd(values: Sequence[float]) -> float:
     """1.4826 x MAD: the SD of the bulk, not of the pairs that straddle a speed-mode switch."""
+    import numpy as np
+
     x = np.asarray(values, dtype=float)
     if len(x) < 2:
         return math.nan
@@ -141,7 +143,7 @@ def robust_sd(values: Sequence[float]) -> float:
 
 
 def _z_sum(alpha: float, power: float) -> float:
-    return float(_st.norm.ppf(1 - alpha / 2) + _st.norm.ppf(power))
+    return NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
 
 
 def mde_pct(sigma: float, runs: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -162,6 +164,8 @@ def runs_needed(sigma: float, effect_pct: float, alpha: float = ALPHA, power: fl
 
 def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
     """Rates and effects per condition, the false-positive rate and the noise floor."""
+    import numpy as np
+
     conditions = []
     for name in dict.fromkeys(t.condition for t in sorted(trials, key=lambda t: t.extra_work)):
         ts = [t for t in trials if t.condition == name]

@@ -27,19 +27,40 @@ _ROWS = (
         "wall_s",
         "s",
         False,
-        "process wall time seen by hakbench (under perf it includes perf's ~20 ms start-up)",
+        "process wall time seen by hakbench, fork and exec included (under perf also perf's "
+        "~20 ms start-up)",
         "second",
     ),
     Metric("user_s", "s", False, "user CPU time of the harness process", "second"),
     Metric("sys_s", "s", False, "system CPU time of the harness process", "second"),
-    Metric("maxrss_kb", "KiB", False, "peak resident set of the harness process", "byte", 1024.0),
+    Metric(
+        "maxrss_kb",
+        "KiB",
+        False,
+        "peak RSS of the harness: its own VmHWM line, not wait4's ru_maxrss (which carries "
+        "the launcher's high-water mark across exec)",
+        "byte",
+        1024.0,
+    ),
     Metric("minflt", "faults", False, "minor page faults of the harness process", "integer"),
     Metric("majflt", "faults", False, "major page faults of the harness process", "integer"),
     Metric("nvcsw", "switches", False, "voluntary context switches (wait4, no perf)", "integer"),
     Metric("nivcsw", "switches", False, "involuntary context switches (wait4, no perf)", "integer"),
     Metric("task_clock_ms", "ms", False, "perf task-clock", "second", 1e-3),
-    Metric("page_faults", "faults", False, "perf page-faults", "integer"),
-    Metric("context_switches", "switches", False, "perf context-switches", "integer"),
+    Metric(
+        "page_faults",
+        "faults",
+        False,
+        "perf page-faults; without perf minflt + majflt from wait4",
+        "integer",
+    ),
+    Metric(
+        "context_switches",
+        "switches",
+        False,
+        "perf context-switches; without perf nvcsw + nivcsw from wait4",
+        "integer",
+    ),
     Metric("cpu_migrations", "migrations", False, "perf cpu-migrations", "integer"),
     Metric("cycles", "cycles", False, "perf cycles (hardware)", "integer"),
     Metric("instructions", "instructions", False, "perf instructions (hardware)", "integer"),
@@ -65,6 +86,9 @@ PERF_EVENTS = {
     "user_time": "user_s",
     "system_time": "sys_s",
 }
+# Metrics a perf-wrapped run adds or measures its own way: the table of ab's counter runs.
+PERF_SOURCED = (*dict.fromkeys(PERF_EVENTS.values()), "ipc")
+
 # perf reports these in ns; metrics are in seconds. (duration_time is not used: perf 6.1
 # here printed 0.41 ms for a run with 1.68 ms of task-clock.)
 PERF_NS_EVENTS = ("user_time", "system_time")

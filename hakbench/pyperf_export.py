@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-
-import pyperf
+from typing import TYPE_CHECKING
 
 from hakbench.metrics import METRICS
+
+if TYPE_CHECKING:
+    import pyperf
 
 
 def _value(metric: str, sample: dict) -> tuple[str, str, float] | None:
@@ -51,6 +53,8 @@ def complete_pairs(samples: list[dict], workload: str) -> list[tuple[dict, dict]
 
 def suites_for_workload(samples: list[dict], workload: str) -> dict[str, pyperf.BenchmarkSuite]:
     """{"A": suite, "B": suite}; empty when there is no complete pair."""
+    import pyperf  # heavy imports live where they are used: `hakbench --help` stays fast
+
     pairs = complete_pairs(samples, workload)
     if not pairs:
         return {}

@@ -2,22 +2,23 @@
 
 What the numbers mean (ISSUE 5 asks for the harness's own rusage, not perf's):
 
-- With perf (the default when it works) the process is ``perf stat -x, -o FILE -e ... --
-  harness``. perf is the harness's parent and reaps it with wait4; its tool events
+- With perf (``perf=True`` when perf works: ``run``'s default and ``ab``'s counter runs)
+  the process is ``perf stat -x, -o FILE -e ... -- harness``. perf is the harness's parent
+  and reaps it with wait4; its tool events
   ``user_time``/``system_time`` are that rusage (the harness's own CPU times), and the
   software events (task-clock, page-faults, minor/major-faults, context-switches) count the
   harness only. perf's own start-up is outside every counter. Voluntary/involuntary switches
   are not split by perf, so nvcsw/nivcsw are unavailable there (context_switches has their
   sum). wall_s is what hakbench saw, perf's start-up included.
-- Without perf the harness runs under GNU time (``/usr/bin/time -o FILE -f ...``), which
-  forks it and reports its wait4 rusage: faults and switches exactly, CPU times only to
-  10 ms, so user/sys are taken from our wait4 of time (time's own ~1 ms included). Without
-  GNU time the harness is our own child and wait4 gives its rusage directly.
-- Max RSS, in every mode, is the harness's own ``maxrss_kb=`` line. Linux carries the
-  replaced image's RSS high-water mark across exec into ru_maxrss, so a harness exec'd by a
-  child of this Python process reports Python's ~70 MB; one forked by perf reports perf's
-  image (~+2 MB), by GNU time ~+0.3 MB; the same offset on both sides of an A/B. The
-  harness reading VmHWM instead would remove it.
+- Without perf the harness is hakbench's own child (no wrapper process) and os.wait4 on its
+  pid gives its rusage directly: user/sys, minor/major faults, voluntary/involuntary switches
+  (context_switches is their sum). wall_s is fork + exec + run as hakbench saw it. This is
+  how `ab` measures its pairs by default (``--perf observe``): a perf wrapper per process
+  doubled the width of the throughput CI on this VM (see hakbench.ab).
+- Max RSS, in every mode, is the harness's own ``maxrss_kb=`` line, VmHWM of its own
+  address space. Not wait4's ru_maxrss: Linux carries the replaced image's RSS high-water
+  mark across exec into it, so a harness exec'd from this Python process would report
+  Python's ~70 MB and one forked by perf perf's image.
 
 perf exits 0 when its workload dies of a signal and only prints ``argv0: <strsignal>`` on
 stderr (tools/perf/builtin-stat.c psignal), so the signal is read back from that line. perf
@@ -107,36 +108,6 @@ def perf_metrics(text: str) -> tuple[dict, list[str]]:
     return metrics, sorted(set(unavailable))
 
 
-GNU_TIME = Path("/usr/bin/time")
-# GNU time format: a tag, then major and minor faults, voluntary and involuntary switches.
-# A signal shows as "Command terminated by signal N" before it.
-TIME_FORMAT = "hakbench-rusage %F %R %w %c"
-_TIME_SIGNAL = "Command terminated by signal "
-
-
-def gnu_time_usable() -> bool:
-    return GNU_TIME.exists() and os.access(GNU_TIME, os.X_OK)
-
-
-def parse_gnu_time(text: str) -> tuple[dict, int | None]:
-    """Metrics and the signal (if any) from a GNU time ``-o`` file written with TIME_FORMAT."""
-    metrics: dict = {}
-    sig = None
-    for line in text.splitlines():
-        if line.startswith(_TIME_SIGNAL):
-            sig = int(line[len(_TIME_SIGNAL) :].strip())
-        elif line.startswith("hakbench-rusage "):
-            majflt, minflt, nvcsw, nivcsw = (int(x) for x in line.split()[1:5])
-            metrics = {
-                "majflt": majflt,
-                "minflt": minflt,
-                "page_faults": majflt + minflt,
-                "nvcsw": nvcsw,
-                "nivcsw": nivcsw,
-            }
-    return metrics, sig
-
-
 def rusage_metrics(ru) -> dict:
     """Metrics from a wait4 rusage of the harness (not its ru_maxrss: see the module doc)."""
     return {
@@ -147,7 +118,19 @@ def rusage_metrics(ru) -> dict:
         "nvcsw": ru.ru_nvcsw,
         "nivcsw": ru.ru_nivcsw,
         "page_faults": ru.ru_minflt + ru.ru_majflt,
+        "context_switches": ru.ru_nvcsw + ru.ru_nivcsw,
     }
+
+
+# What a direct run cannot measure: perf's own counters.
+DIRECT_UNAVAILABLE = (
+    "task_clock_ms",
+    "cpu_migrations",
+    "cycles",
+    "instructions",
+    "branch_misses",
+    "ipc",
+)
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, object, bool]:
@@ -220,17 +203,13 @@ def run_sample(
         sample["error"] = f"{argv[0]} not built (run `make build`)"
         return sample
     use_perf = perf and perf_usable()
-    use_time = not use_perf and gnu_time_usable()
     with tempfile.TemporaryDirectory(prefix="hakbench-") as tmp:
         out_path, err_path, perf_path = (Path(tmp) / n for n in ("out", "err", "perf.csv"))
-        time_path = Path(tmp) / "time.txt"
         full = argv
         if use_perf:
             full = ["perf", "stat", "-x,", "-o", str(perf_path), "-e", ",".join(perf_events())]
             full += ["--", *argv]
-        elif use_time:
-            full = [str(GNU_TIME), "-o", str(time_path), "-f", TIME_FORMAT, "--", *argv]
-        sample["launcher"] = "perf" if use_perf else "time" if use_time else "direct"
+        sample["launcher"] = "perf" if use_perf else "direct"
         t0 = time.perf_counter()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
@@ -245,15 +224,11 @@ def run_sample(
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
         perf_text = perf_path.read_text(errors="replace") if perf_path.exists() else ""
-        time_text = time_path.read_text(errors="replace") if time_path.exists() else ""
     sample["stderr_tail"] = _tail(stderr)
     code = os.waitstatus_to_exitcode(status)
     sig = -code if code < 0 else None
     if use_perf and sig is None:
         sig = signal_from_perf_stderr(stderr, argv[0])
-    time_metrics, time_sig = parse_gnu_time(time_text) if use_time else ({}, None)
-    if time_sig is not None:
-        sig, code = time_sig, -time_sig  # time exits 128+N; report it as the harness's signal
     sample["returncode"] = code
     sample["signal"] = sig
     harness = parse_harness_output(stdout)
@@ -263,16 +238,7 @@ def run_sample(
         metrics, unavailable = perf_metrics(perf_text)
         unavailable += ["nvcsw", "nivcsw"]
     else:
-        metrics, unavailable = {**rusage_metrics(ru), **time_metrics}, []
-        unavailable += [
-            "task_clock_ms",
-            "context_switches",
-            "cpu_migrations",
-            "cycles",
-            "instructions",
-            "branch_misses",
-            "ipc",
-        ]
+        metrics, unavailable = rusage_metrics(ru), list(DIRECT_UNAVAILABLE)
     metrics["wall_s"] = sample["wall_s"]
     if isinstance(harness.get("maxrss_kb"), int) and harness["maxrss_kb"] > 0:
         metrics["maxrss_kb"] = harness["maxrss_kb"]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-from scipy import stats as _st
+if TYPE_CHECKING:
+    import numpy as np
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -36,6 +37,8 @@ RULE = (
 
 def paired_ratios(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
     """B/A per pair; pairs where either value is not > 0 are dropped (0/0 counts as 1)."""
+    import numpy as np  # heavy imports live where they are used: `hakbench --help` stays fast
+
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     both_zero = (a == 0) & (b == 0)
@@ -50,6 +53,9 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple:
     1 - 2 P(Bin(n, 1/2) < k); k is the largest with that probability >= ``confidence``.
     Too few values for the level (n < 6 at 95 %) gives the full range.
     """
+    import numpy as np
+    from scipy import stats as _st
+
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     if n == 0:
@@ -70,6 +76,9 @@ def median_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 
 
 def wilcoxon_p(ratios: Sequence[float]) -> float:
     """Two-sided Wilcoxon signed-rank p on log ratios; all-equal pairs give 1.0."""
+    import numpy as np
+    from scipy import stats as _st
+
     logs = np.log(np.asarray(ratios, dtype=float))
     logs = logs[np.abs(logs) > 1e-12]
     if len(logs) < 2:
@@ -146,12 +155,17 @@ class Comparison:
     higher_is_better: bool
     p_holm: float = math.nan
     verdict: str = NO_DATA
+    # "pairs": judged from the paired runs; "perf": medians of ab's perf counter runs, not
+    # paired and never judged; "instructions": one exact count per side.
+    source: str = "pairs"
 
 
 def compare_paired(
     workload: str, metric: str, a: Sequence[float], b: Sequence[float], higher_is_better: bool
 ) -> Comparison:
     """Summary and p of one metric; the verdict is set after Holm (``judge``)."""
+    import numpy as np
+
     r = paired_ratios(a, b)
     med, lo, hi = median_ci(r)
     return Comparison(

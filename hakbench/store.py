@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from hakbench.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIDY_COLUMNS = (
     "run_id",
@@ -95,6 +97,8 @@ def load_samples(path: Path | str) -> list[dict]:
 
 def tidy(samples: list[dict]) -> pd.DataFrame:
     """One row per sample x metric (failed samples keep their rows, marked by status)."""
+    import pandas as pd  # heavy imports live where they are used: `hakbench --help` stays fast
+
     rows = []
     for s in samples:
         base = {c: s.get(c) for c in TIDY_COLUMNS[:12]}

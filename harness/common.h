@@ -180,7 +180,8 @@ static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
 /* ops per second as an integer; 0 when no time passed (an empty run). */
 uint64_t hb_rate(uint64_t ops, double seconds);
 
-/* Prints `Throughput = N ops/s`, ops=, seconds=, checksum=, maxrss_kb=, malloc_impl=.
+/* Prints `Throughput = N ops/s`, ops=, seconds=, checksum=, maxrss_kb= (VmHWM: this
+ * program's own peak RSS, not the launcher's), malloc_impl=.
  * The program prints its own key=value lines after it and then calls hb_flush_stdout. */
 void hb_print_result(uint64_t ops, double seconds, uint64_t checksum);
 /* Flushes stdout; a failed write (closed pipe, full disk) is a runtime error. */

@@ -3,6 +3,7 @@ interrupt and engagement paths. Workloads are short versions defined in a tmp la
 
 import csv
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from hakbench.ab import ABSpec, differing_switches, engagement, run_ab
 from hakbench.allocators import resolve_allocator
 from hakbench.cell import Cell
 from hakbench.cli import main
+from hakbench.errors import UsageError
 from hakbench.profiles import Workload
 from hakbench.runner import perf_usable
 
@@ -68,9 +70,7 @@ def lab(tmp_path, monkeypatch):
         #!/bin/sh
         n=$(cat {tmp_path}/icount 2>/dev/null || echo 0); n=$((n+1)); echo $n > {tmp_path}/icount
         if [ "$n" = 5 ]; then
-          p=$PPID  # hakbench, or GNU time when hakbench runs the harness under it
-          [ "$(cat /proc/$p/comm)" = time ] && p=$(cut -d' ' -f4 /proc/$p/stat)
-          kill -INT $p; sleep 5
+          kill -INT $PPID; sleep 5  # hakbench runs the harness as its own child
         fi
         exec {real} {args}
         """)
@@ -87,6 +87,7 @@ def lab(tmp_path, monkeypatch):
 def test_system_vs_mimalloc_tiny_hot_is_no_go_with_every_file(lab):
     out = lab / "res"
     argv = "ab -a system --baseline-allocator mimalloc -w hot --runs 20 --warmup 1 --fail-on no-go"
+    argv += " --perf-runs 2"  # --perf observe is the default
     r = CliRunner().invoke(main, [*argv.split(), "--out", str(out)])
     assert r.exit_code == 1, r.output  # the gate trips on the NO-GO
     assert r.output.strip().splitlines()[-1] == str(out)
@@ -105,17 +106,32 @@ def test_system_vs_mimalloc_tiny_hot_is_no_go_with_every_file(lab):
     assert hot["verdict"] == "NO-GO" and float(hot["ratio"]) < 0.9 and hot["n_pairs"] == "20"
     assert {"a_median", "b_median", "ci_low", "ci_high", "p_value", "p_holm"} <= set(hot)
     samples = [json.loads(x) for x in open(out / "samples.jsonl")]
-    assert len(samples) == 2 * 21
-    assert {s["phase"] for s in samples} == {"warmup", "measure"}
+    timed = [s for s in samples if s["phase"] in ("warmup", "measure")]
+    assert len(timed) == 2 * 21 and {s["launcher"] for s in timed} == {"direct"}
     orders = {
-        tuple(s["side"] for s in samples if s["round"] == r and s["workload"] == "hot")
+        tuple(s["side"] for s in timed if s["round"] == r and s["workload"] == "hot")
         for r in range(21)
     }
     assert orders == {("A", "B"), ("B", "A")}  # randomised within pairs
+    assert all(float(x["n_pairs"]) > 0 for x in rows)
+    perf_rows = {x["metric"]: x for x in rows if x["source"] == "perf"}
+    assert all(x["source"] == "pairs" for x in rows if x["source"] != "perf")
+    perf_runs = [s for s in samples if s["phase"] == "perf"]
+    if perf_usable():  # 2 perf-wrapped runs per side, apart from the verdict
+        assert len(perf_runs) == 4 and {s["launcher"] for s in perf_runs} == {"perf"}
+        assert sorted(s["side"] for s in perf_runs) == ["A", "A", "B", "B"]
+        assert perf_rows["task_clock_ms"]["verdict"] == "" and perf_rows["task_clock_ms"]["role"]
+        assert "task_clock_ms" not in {x["metric"] for x in rows if x["source"] == "pairs"}
+    else:
+        assert not perf_runs and not perf_rows
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] and meta["verdicts"]["hot"] == "NO-GO" and "perf" in meta
     report = (out / "report.md").read_text()
     assert "Wilcoxon" in report and "| hot | NO-GO |" in report
+    assert "perf mode: **observe**" in report and "4.9-7.5 %" in report
+    assert "A/A" not in report
+    if perf_usable():
+        assert "perf counters, 2 runs per side, not part of the paired verdict" in report
     cmp = subprocess.run(
         [
             sys.executable,
@@ -138,11 +154,66 @@ def test_aa_is_neutral_on_every_workload(lab):
         pairs=20,
         warmup_pairs=1,
         threshold_pct=3.0,
+        perf="off",
     )
+    assert spec.is_aa and spec.describe().startswith("A/A (no --baseline/--set): a noise check")
     result = run_ab(spec, lab / "aa", show_progress=False)
     assert result.verdicts() == {"hot": "NEUTRAL", "mixed_tiny": "NEUTRAL"}
     assert all(c.p_holm >= c.p_value for c in result.primary())  # Holm over 2 workloads
     assert (lab / "aa" / "pyperf" / "mixed_tiny" / "b.json").exists()
+    samples = [json.loads(x) for x in open(lab / "aa" / "samples.jsonl")]
+    assert {s["launcher"] for s in samples} == {"direct"} and not result.perf_counters
+    report = (lab / "aa" / "report.md").read_text()
+    assert "**A/A (no --baseline/--set): a noise check**" in report
+    assert "perf mode: **off**" in report and "no process ran under perf" in report
+
+
+def test_noise_warning_from_the_latest_calibration(lab):
+    # noise_log_sd 0.05 (a 5 % pair spread): 3 pairs see ~25 %, far above a 1 % threshold
+    cal = lab / "results" / "calibration" / "latest.json"
+    cal.parent.mkdir(parents=True)
+    cal.write_text(json.dumps({"noise_log_sd": 0.05, "date": "2026-11-22T12:00:00+00:00"}))
+    out = lab / "noisy"
+    args = ["ab", "-a", "system", "-w", "hot", "-n", "3", "--warmup", "0", "--perf", "off"]
+    r = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "A/A (no --baseline/--set): a noise check" in r.output
+    assert "below the noise floor" in r.output and "--runs" in r.output
+    report = (out / "report.md").read_text()
+    assert "**Noise floor**: threshold 1 % is below the noise floor" in report
+    r = CliRunner().invoke(main, [*args, "--threshold", "50", "--out", str(lab / "quiet")])
+    assert r.exit_code == 0 and "noise floor" not in r.output
+
+
+def test_instructions_report_states_the_blind_spots(lab):
+    from hakbench.ab import ABResult
+    from hakbench.instructions import BLIND_SPOTS
+    from hakbench.report.markdown import write_ab_report
+    from hakbench.stats import Comparison
+
+    spec = ABSpec(allocator="system", workloads=("hot",), metric="instructions")
+    cell = Cell("system", None, None, Workload("hot", "p", (), ""), {})
+    c = Comparison("hot", "ir_per_op", 100.0, 100.0, 1.0, 1.0, 1.0, math.nan, 1, False)
+    c.verdict, c.source = "NEUTRAL", "instructions"
+    result = ABResult(
+        out=lab,
+        spec=spec,
+        cells={"hot": (cell, cell)},
+        comparisons=[c],
+        roles={"ir_per_op": "primary"},
+        engagement={"hot": {"status": "n/a", "detail": "no routing switch differs"}},
+        failed=[],
+        unavailable=[],
+    )
+    report = write_ab_report(result, [], lab / "report.md").read_text()
+    assert f"Blind spots: {BLIND_SPOTS}" in report
+    assert "perf mode" not in report  # callgrind runs, not timed pairs
+
+
+def test_task_clock_needs_perf_on_every_process(lab):
+    spec = ABSpec(allocator="system", workloads=("hot",), metric="task_clock_ms", perf="observe")
+    with pytest.raises(UsageError, match="--perf each"):
+        run_ab(spec, lab / "tc_observe", show_progress=False)
 
 
 @pytest.mark.skipif(not perf_usable(), reason="task-clock needs perf stat")
@@ -154,6 +225,7 @@ def test_task_clock_metric_judges_cpu_time(lab):
         pairs=12,
         warmup_pairs=1,
         metric="task_clock_ms",
+        perf="each",
     )
     result = run_ab(spec, lab / "tc", show_progress=False)
     (c,) = result.primary()
@@ -197,7 +269,8 @@ def test_ctrl_c_writes_the_report_and_exits_130(lab):
             "10",
             "--warmup",
             "0",
-            "--no-perf",
+            "--perf",
+            "off",
             "--out",
             str(out),
         ],

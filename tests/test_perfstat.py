@@ -4,7 +4,7 @@ source for what this VM cannot produce), and the runner's mapping onto metrics."
 from pathlib import Path
 
 from hakbench.collect.perfstat import parse_perf_csv
-from hakbench.runner import parse_gnu_time, perf_metrics, signal_from_perf_stderr
+from hakbench.runner import perf_metrics, signal_from_perf_stderr
 
 DATA = Path(__file__).parent / "data"
 
@@ -81,13 +81,3 @@ def test_unreaped_child_has_no_cpu_times():
     metrics, unavailable = perf_metrics(text)
     assert "user_s" not in metrics and "sys_s" not in metrics
     assert {"user_s", "sys_s"} <= set(unavailable)
-
-
-def test_gnu_time_rusage_and_signal():
-    metrics, sig = parse_gnu_time((DATA / "gnu_time_signal.txt").read_text())
-    assert sig == 11
-    assert metrics == {"majflt": 0, "minflt": 85, "page_faults": 85, "nvcsw": 1, "nivcsw": 0}
-    assert parse_gnu_time("hakbench-rusage 2 150 3 4\n") == (
-        {"majflt": 2, "minflt": 150, "page_faults": 152, "nvcsw": 3, "nivcsw": 4},
-        None,
-    )

@@ -93,4 +93,4 @@ def test_ab_against_head_records_both_sides(tmp_path):
     cells = meta["cells"]["mixed_short"]
     assert cells["A"] != cells["B"]  # same profile, different build: A ran from build/rev-<sha>
     row = (out / "summary.csv").read_text().splitlines()[1]
-    assert row.startswith("mixed_short,ir_per_op,primary,")
+    assert row.startswith("mixed_short,ir_per_op,instructions,primary,")

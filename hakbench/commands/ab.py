@@ -70,7 +70,21 @@ def _print_table(header, rows) -> None:
 @click.option("--rev", help="build B at this git revision")
 @click.option("--baseline-rev", help="build A at this git revision")
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per process")
-@click.option("--no-perf", is_flag=True, help="do not wrap processes in perf stat")
+@click.option(
+    "--perf",
+    "perf_mode",
+    type=click.Choice(engine.PERF_MODES),
+    help="observe: pairs run without perf, counters from --perf-runs extra runs per side; "
+    "each: every process under perf stat; off: no perf "
+    f"[default: {engine.DEFAULT_PERF_MODE}; each for --metric task-clock]",
+)
+@click.option(
+    "--perf-runs",
+    default=engine.DEFAULT_PERF_RUNS,
+    show_default=True,
+    type=click.IntRange(0, 1000),
+    help="perf-wrapped runs per side for --perf observe",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @click.option("--fail-on", type=click.Choice(["no-go"]), help="exit 1 on a NO-GO")
 def ab_cmd(
@@ -89,11 +103,15 @@ def ab_cmd(
     rev,
     baseline_rev,
     timeout,
-    no_perf,
+    perf_mode,
+    perf_runs,
     out,
     fail_on,
 ):
     """Is B better than A? Interleaved randomised pairs, Wilcoxon + Holm, GO/NO-GO/NEUTRAL."""
+    metric = "task_clock_ms" if metric == "task-clock" else metric
+    if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
+        perf_mode = "each" if metric == "task_clock_ms" else engine.DEFAULT_PERF_MODE
     spec = engine.ABSpec(
         profile=profile,
         baseline=baseline,
@@ -106,15 +124,21 @@ def ab_cmd(
         warmup_pairs=warmup,
         threshold_pct=threshold,
         seed=seed,
-        metric="task_clock_ms" if metric == "task-clock" else metric,
+        metric=metric,
         rev=rev,
         baseline_rev=baseline_rev,
         timeout=timeout,
-        perf=not no_perf,
+        perf=perf_mode,
+        perf_runs=perf_runs,
     )
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
+    noise = engine.noise_warning_for(spec)
+    if noise:
+        click.echo(f"warning: {noise}", err=True)
     result = engine.run_ab(spec, out)
+    if spec.is_aa:
+        click.echo("A/A (no --baseline/--set): a noise check, not an experiment")
     _print_table(VERDICT_HEADER[:-1], [r[:-1] for r in verdict_rows(result)])
     for g in result.comparisons:
         if result.roles[g.metric] == "guardrail" and g.verdict not in ("NEUTRAL", ""):
@@ -123,6 +147,10 @@ def ab_cmd(
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
     if result.failed:
         click.echo(f"{len(result.failed)} sample(s) failed; see report.md")
+    if result.noise_warning:  # the full text was printed before the run, and is in report.md
+        click.echo("warning: the threshold is below this machine's calibrated noise floor")
+    if result.perf_note:
+        click.echo(f"note: {result.perf_note}")
     if result.unavailable:
         click.echo("unavailable here: " + ", ".join(result.unavailable))
     click.echo(str(result.out))

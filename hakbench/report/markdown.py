@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hakbench.metrics import METRICS
+from hakbench.instructions import BLIND_SPOTS
+from hakbench.metrics import METRICS, PERF_SOURCED
 from hakbench.stats import ALPHA, RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
@@ -20,6 +21,7 @@ TABLE_METRICS = (
     "majflt",
     "maxrss_kb",
     "context_switches",
+    "cpu_migrations",
     "cycles",
     "instructions",
     "ipc",
@@ -89,9 +91,58 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def perf_mode_lines(result) -> list[str]:
+    """Which perf mode measured the pairs, and why that is the default."""
+    from hakbench.ab import PERF_MODE_WHY
+
+    spec = result.spec
+    if spec.metric == "instructions":
+        return []
+    text = {
+        "observe": "the measured pairs ran the harness alone (rusage from hakbench's wait4 of "
+        f"it); perf counters come from {spec.perf_runs} extra perf-wrapped runs per side, "
+        "in their own table below, not part of the paired verdict",
+        "each": "every process ran under `perf stat` (perf counters in the paired table)",
+        "off": "no process ran under perf: no perf counters",
+    }[spec.perf]
+    lines = [f"perf mode: **{spec.perf}**: {text}. {PERF_MODE_WHY}"]
+    if result.perf_note:
+        lines[0] += f" Note: {result.perf_note}."
+    return [*lines, ""]
+
+
+def perf_counter_lines(result, workload: str) -> list[str]:
+    rows = [c for c in result.perf_counters if c.workload == workload]
+    if not rows:
+        return []
+    n = max(c.n_pairs for c in rows)
+    out = [
+        f"### perf counters, {result.spec.perf_runs} runs per side, not part of the paired verdict",
+        "",
+        f"Medians of each side's perf-wrapped runs ({n} ok per side at most) and their ratio; "
+        "no CI or p-value: too few unpaired runs to judge.",
+        "",
+    ]
+    table = []
+    for m in (m for m in TABLE_METRICS if m in PERF_SOURCED):
+        c = next((c for c in rows if c.metric == m), None)
+        if c is not None:
+            ratio = "-" if math.isnan(c.ratio) else f"{c.ratio:.4f}"
+            table.append([m, METRICS[m].unit, fmt(c.a_median), fmt(c.b_median), ratio])
+    return out + _table(["metric", "unit", "A median", "B median", "B/A"], table) + [""]
+
+
 def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     spec = result.spec
     lines = [f"# A/B: {spec.describe()}", ""]
+    if spec.is_aa:
+        lines += [
+            "**A/A (no --baseline/--set): a noise check**, not an experiment: A and B are the "
+            "same cell, so the verdict should be NEUTRAL and the CI shows the noise here.",
+            "",
+        ]
+    if result.noise_warning:
+        lines += [f"**Noise floor**: {result.noise_warning}.", ""]
     if result.interrupted:
         lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
     design = (
@@ -105,6 +156,7 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         f"{design} · threshold {spec.threshold_pct:g} %",
         "",
     ]
+    lines += perf_mode_lines(result)
     if result.shas:
         lines += ["Revisions: " + ", ".join(f"{k} = `{v}`" for k, v in result.shas.items()), ""]
     for lib in result.changed_libraries:
@@ -121,6 +173,8 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             "Exact counts (callgrind Ir per harness op, start-up netted), one run per side: "
             f"GO when B/A <= 1 - {spec.threshold_pct:g} %, NO-GO when B/A >= 1 + "
             f"{spec.threshold_pct:g} %, else NEUTRAL. No p-value: the count does not vary.",
+            "",
+            f"Blind spots: {BLIND_SPOTS}",
             "",
         ]
     else:
@@ -165,11 +219,17 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             rows,
         )
         lines.append("")
+        lines += perf_counter_lines(result, w)
     if result.unavailable:
+        why = (
+            "not measured: no process ran under perf"
+            if spec.perf == "off" or result.perf_note
+            else "not measured on this machine"
+        )
         lines += [
             "## Unavailable here",
             "",
-            "Not measured on this machine (recorded as unavailable, never as 0): "
+            f"{why.capitalize()} (recorded as unavailable, never as 0): "
             + ", ".join(result.unavailable)
             + ".",
             "",
@@ -198,14 +258,12 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         "faults and switches are the harness process's own: "
         + {
             "perf": "perf counts the child only, user/sys are its rusage tool events",
-            "time": "GNU time's wait4 of the harness for faults and switches; user/sys from "
-            "hakbench's wait4 of time (time's ~1 ms included)",
-            "direct": "hakbench's wait4 of the harness",
+            "direct": "hakbench's wait4 of the harness (no wrapper process)",
         }.get(next(iter(launchers), None) if len(launchers) == 1 else None, "mixed launchers")
         + ".",
-        "- maxrss_kb is the harness's `maxrss_kb=` line. It includes the pre-exec image of "
-        "the process that started it, the same on both sides: perf ~2 MB, GNU time ~0.3 MB, "
-        "hakbench itself ~70 MB (then do not read the RSS guardrail).",
+        "- maxrss_kb is the harness's `maxrss_kb=` line: VmHWM of its own address space. "
+        "wait4's ru_maxrss is not used: Linux carries the launcher's RSS high-water mark "
+        "across exec into it (~70 MB when the launcher is hakbench's Python).",
         f"- Launcher of the measured processes: {', '.join(sorted(map(str, launchers)))}.",
     ]
     lines += [

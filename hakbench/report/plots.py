@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from hakbench.pyperf_export import complete_pairs  # noqa: E402
-from hakbench.stats import median_ci, paired_ratios  # noqa: E402
+from hakbench.pyperf_export import complete_pairs
+from hakbench.stats import median_ci, paired_ratios
 
 
 def plot_paired_ratios(
@@ -32,6 +27,11 @@ def plot_paired_ratios(
     panels = [(w, r) for w, r in panels if len(r)]
     if not panels:
         return None
+    import matplotlib  # heavy imports live where they are used: `hakbench --help` stays fast
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
     t = threshold_pct / 100
     for ax, (w, r) in zip(axes[:, 0], panels, strict=True):
