@@ -76,7 +76,9 @@ static int park_full(hak_heap *heap, hak_page *page) {
     return 1;
 }
 
-static int park_full_from_queue(hak_heap *heap, hak_page *page) {
+// A queued page the refill scan found without free blocks: to the full list (1), or kept where
+// it is when remote frees raced in (0).
+int hak_heap_park_exhausted(hak_heap *heap, hak_page *page) {
     hak_page_queue *q = &heap->queue[page->class_idx];
     queue_remove(q, page);
     if (park_full(heap, page)) return 1;
@@ -94,7 +96,7 @@ static void full_remove(hak_heap *heap, hak_page *page) {
     page->in_full = 0;
     // FULL stays set: clearing it would cost an atomic per full->queue move, and a stale flag
     // only sends one remote free through delayed_free, which the owner handles as a local free
-    // (see free_delayed_blocks).
+    // (see hak_heap_free_delayed).
 }
 
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page) {
@@ -106,7 +108,7 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page) {
 
 // Blocks that other threads freed into this heap's full pages: freed here as owner frees,
 // which moves their pages back to the queues.
-static void free_delayed_blocks(hak_heap *heap) {
+void hak_heap_free_delayed_blocks(hak_heap *heap) {
     hak_block *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
     while (block) {
         hak_block *next = block->next;
@@ -125,7 +127,7 @@ static void unlink_superslab(hak_heap *heap, hak_superslab *ss) {
     if (ss->next) ss->next->prev = ss->prev;
 }
 
-static void release_page(hak_heap *heap, hak_page *page) {
+void hak_heap_release_page(hak_heap *heap, hak_page *page) {
     hak_superslab *ss = (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
     hak_superslab_page_free(ss, page);
     if (ss->pages_in_use == 0 && !(ss == heap->superslabs && ss->next == NULL)) {
@@ -143,15 +145,19 @@ static void release_page(hak_heap *heap, hak_page *page) {
     }
 }
 
-// A page's last block came back (used == 0). The current page of its class is kept, so a
-// malloc/free loop on one size does not map and unmap pages.
-void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
-    if (page == heap->direct[page->class_idx]) return;
+void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
     if (page->in_full)
         full_remove(heap, page);
     else
         queue_remove(&heap->queue[page->class_idx], page);
-    release_page(heap, page);
+}
+
+// A page's last block came back (used == 0). The current page of its class is kept by every
+// front, so a malloc/free loop on one size does not map and unmap pages; any other page goes
+// to its front's retention policy.
+void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
+    if (page == heap->direct[page->class_idx]) return;
+    heap->route[page->class_idx]->page_emptied(heap, page);
 }
 
 static void push_superslab(hak_heap *heap, hak_superslab *ss) {
@@ -163,7 +169,7 @@ static void push_superslab(hak_heap *heap, hak_superslab *ss) {
 }
 
 // Takes over a superslab an exited thread left with live blocks: every page joins this heap.
-static int adopt_abandoned(hak_heap *heap) {
+int hak_heap_adopt(hak_heap *heap) {
     hak_superslab *ss = hak_superslab_pop_abandoned();
     if (!ss) return 0;
     push_superslab(heap, ss);
@@ -230,33 +236,23 @@ void hak_heap_flush_remote(hak_heap *heap) {
     heap->remote_first = heap->remote_last = NULL;
 }
 
-// The refill path: returns a page of class `cls` with a non-empty `free` list, made the class's
-// direct page; NULL when out of memory.
-hak_page *hak_heap_find_page(hak_heap *heap, unsigned cls) {
-    if (atomic_load_explicit(&heap->delayed_free, memory_order_relaxed)) free_delayed_blocks(heap);
-    hak_page_queue *q = &heap->queue[cls];
-    for (int adopted = 0;; adopted = 1) {
-        hak_page *next;
-        for (hak_page *page = q->first; page; page = next) {
-            next = page->next;
-            hak_page_collect(page);
-            if (page->free || hak_page_extend(page) || !park_full_from_queue(heap, page)) {
-                if (page != q->first) {
-                    queue_remove(q, page);
-                    queue_push_front(q, page);
-                }
-                heap->direct[cls] = page;
-                return page;
-            }
-        }
-        if (adopted || !adopt_abandoned(heap)) break;
-    }
-    hak_page *page = fresh_page(heap, cls);
-    set_direct(heap, cls);
-    if (!page) return NULL;
+void hak_heap_move_to_front(hak_heap *heap, hak_page *page) {
+    hak_page_queue *q = &heap->queue[page->class_idx];
+    queue_remove(q, page);
     queue_push_front(q, page);
-    hak_page_extend(page);
-    heap->direct[cls] = page;
+}
+
+// Makes a page with free blocks (taken off every list) the head of its queue and the direct page.
+void hak_heap_install_page(hak_heap *heap, hak_page *page) {
+    queue_push_front(&heap->queue[page->class_idx], page);
+    heap->direct[page->class_idx] = page;
+}
+
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes) {
+    hak_page *page = fresh_page(heap, cls);
+    if (!page) return NULL;
+    hak_page_extend(page, carve_bytes);
+    hak_heap_install_page(heap, page);
     return page;
 }
 
@@ -316,7 +312,7 @@ void hak_heap_destroy(hak_heap *heap) {
                 sched_yield();
         }
     }
-    free_delayed_blocks(heap);
+    hak_heap_free_delayed(heap);
     for (hak_superslab *ss = heap->superslabs, *next_ss; ss; ss = next_ss) {
         next_ss = ss->next;
         for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {

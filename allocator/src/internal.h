@@ -95,6 +95,7 @@ typedef struct hak_superslab {
     char *map_base;      // the whole mapping (may start before the header for huge alignments)
     size_t map_size;
     uint8_t from_cache; // a cached 2 MiB superslab: return it there, do not unmap
+    uint8_t huge;       // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
 } hak_superslab;
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
@@ -106,11 +107,14 @@ typedef struct hak_page_queue {
 // The seam for alternative front paths (issue #4): each class is routed to a front, latched
 // into heap->route[] once at thread init. The shared fast path pops heap->direct[cls]; when that
 // page is empty, alloc_slow of the class's front runs. Owner frees that miss the fast path
-// (page full, or not managed by the direct pages at all) go to free_local_slow.
+// (page full, or not managed by the direct pages at all) go to free_local_slow. A page other
+// than the class's current one whose last block comes back goes to page_emptied (the front's
+// retention policy).
 typedef struct hak_front {
     const char *name;
     void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
     void (*free_local_slow)(struct hak_heap *heap, hak_page *page, hak_block *block);
+    void (*page_emptied)(struct hak_heap *heap, hak_page *page);
 } hak_front;
 
 #include "stats.h"
@@ -120,8 +124,12 @@ typedef struct hak_heap {
     const hak_front *route[HAK_CLASS_COUNT];
     hak_page_queue queue[HAK_CLASS_COUNT]; // pages that may have free blocks; first = direct
     hak_page *full;                        // pages without free blocks (all classes)
-    _Atomic(hak_block *) delayed_free;     // remote frees into full pages (see page.c)
-    hak_superslab *superslabs;             // owned; fresh pages come from the first
+    // Empty pages a front retains for reuse instead of giving them back (HotHeap v2's
+    // max_partial): a list linked by page->next, and its length.
+    hak_page *spare[HAK_CLASS_COUNT];
+    uint8_t spare_count[HAK_CLASS_COUNT];
+    _Atomic(hak_block *) delayed_free; // remote frees into full pages (see page.c)
+    hak_superslab *superslabs;         // owned; fresh pages come from the first
     // Remote frees waiting to go to one page of another heap as a single chain (one CAS per
     // run of frees into the same page instead of one per block).
     hak_page *remote_page;
@@ -202,8 +210,12 @@ void hak_os_fork_parent(void);
 void hak_os_fork_child(void);
 
 // --- page.c: page free lists
+// Carve steps: the legacy front carves a fresh page 4 KiB at a time (a page that holds few
+// blocks never faults in its whole 64 KiB); other fronts choose other steps.
+#define HAK_CARVE_STEP_DEFAULT 4096
+#define HAK_CARVE_WHOLE_PAGE   HAK_PAGE_SIZE
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
-int hak_page_extend(hak_page *page);
+int hak_page_extend(hak_page *page, uint32_t max_bytes);
 void hak_page_collect(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 int hak_page_mark_full(hak_page *page);
@@ -214,9 +226,61 @@ int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);
 void hak_heap_destroy(hak_heap *heap);
-hak_page *hak_heap_find_page(hak_heap *heap, unsigned cls);
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
+// Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
+// each front's slow path compiles with its own constants and no extra call level):
+//   free_delayed   owner-free the blocks other threads pushed onto delayed_free
+//   scan_queue     walk the class queue from its head, at most scan_limit pages: collect each,
+//                  carve up to carve_bytes into an exhausted free list, park pages with nothing
+//                  left on the full list; the first page with a free block becomes the head and
+//                  the direct page (returned), or NULL
+//   adopt          take over one abandoned superslab (its pages join the queues); 0 if none
+//   new_page       a fresh page from the heap's superslabs (or a new superslab), carved by
+//                  carve_bytes, made head and direct page; NULL when out of memory
+//   install_page   make a page with free blocks (on no list) the head and direct page
+//   detach_page    take a page off its queue or the full list
+//   release_page   give a detached empty page back to its superslab (and an empty superslab
+//                  to the OS policy)
+void hak_heap_free_delayed_blocks(hak_heap *heap);
+int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
+void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
+int hak_heap_adopt(hak_heap *heap);
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes);
+void hak_heap_install_page(hak_heap *heap, hak_page *page);
+void hak_heap_detach_page(hak_heap *heap, hak_page *page);
+void hak_heap_release_page(hak_heap *heap, hak_page *page);
+
+static inline void hak_heap_free_delayed(hak_heap *heap) {
+    if (HAK_UNLIKELY(atomic_load_explicit(&heap->delayed_free, memory_order_relaxed) != NULL))
+        hak_heap_free_delayed_blocks(heap);
+}
+
+static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
+                                            unsigned scan_limit) {
+    hak_page_queue *q = &heap->queue[cls];
+    hak_page *next;
+    for (hak_page *page = q->first; page && scan_limit; page = next, scan_limit--) {
+        next = page->next;
+        hak_page_collect(page);
+        if (page->free || hak_page_extend(page, carve_bytes) ||
+            !hak_heap_park_exhausted(heap, page)) {
+            if (page != q->first) hak_heap_move_to_front(heap, page);
+            heap->direct[cls] = page;
+            return page;
+        }
+    }
+    heap->direct[cls] = q->first ? q->first : &hak_page_empty;
+    return NULL;
+}
+
+// Pops a block from a page whose free list is not empty.
+static inline void *hak_page_pop(hak_page *page) {
+    hak_block *block = page->free;
+    page->free = block->next;
+    page->used++;
+    return block;
+}
 void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_flush_remote(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
@@ -224,8 +288,13 @@ void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);
 void hak_heap_fork_child(void);
 
-// --- route.c: class -> front table
+// --- route.c and front_*.c: class -> front table
 extern const hak_front hak_front_legacy;
+extern const hak_front hak_front_tinyheap;
+extern const hak_front hak_front_hotheap_v2;
+extern const hak_front hak_front_smallheap_v3;
+const hak_front *hak_route_for_class(unsigned cls);
+void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_route_latch(hak_heap *heap);
 void hak_route_print(void);
 

@@ -30,10 +30,36 @@
       "print the HEAP_STATS group: per-class fast/slow allocations (fast: compiled=0)") \
     X(FRONT_CLASS, BOOL, "0", HAK_HOT_VARIANTS, "", \
       "print the FRONT_CLASS group: per-class alloc/free/remote_free (fast: compiled=0)") \
+    X(TINY_HEAP_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", \
+      "print the TINY_HEAP_STATS group: engagement of the TinyHeap path (fast: compiled=0)") \
+    X(HOTHEAP_V2_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", \
+      "print the HOTHEAP_V2_STATS group: engagement of the HotHeap v2 path (fast: compiled=0)") \
+    X(SMALL_HEAP_V3_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", \
+      "print the SMALL_HEAP_V3_STATS group: engagement of the SmallObject v3 path") \
     X(SS_CACHE_SIZE, SIZE, "32M", HAK_ALL_VARIANTS, "", \
-      "bytes of empty 2 MiB superslabs kept mapped for reuse instead of munmap") \
-    X(TINY_HEAP_PROFILE, ENUM, "LEGACY", HAK_ALL_VARIANTS, "LEGACY", \
-      "which front path serves the tiny classes C0..C7 (route table, latched per thread)")
+      "speed-first policy: bytes of empty 2 MiB superslabs kept mapped (and resident) for reuse") \
+    X(SS_MEM_LEAN, BOOL, "0", HAK_ALL_VARIANTS, "", \
+      "lean memory policy (BALANCED): keep at most SS_MEM_LEAN_TARGET_MB of empty superslabs") \
+    X(SS_MEM_LEAN_TARGET_MB, INT, "8", HAK_ALL_VARIANTS, "", \
+      "lean policy: MiB of empty superslabs kept mapped; the rest is unmapped at once") \
+    X(SS_MEM_LEAN_DECOMMIT, BOOL, "1", HAK_ALL_VARIANTS, "", \
+      "lean policy: madvise(DONTNEED) kept empty superslabs, so they cost no resident memory") \
+    X(SS_HUGEPAGE_EXPERIMENT, BOOL, "0", HAK_ALL_VARIANTS, "", \
+      "map new superslabs with MAP_HUGETLB; counts huge_alloc/huge_fail, falls back to 4 KiB") \
+    X(SS_HUGEPAGE_SIZE, SIZE, "2M", HAK_ALL_VARIANTS, "", \
+      "huge page size for the experiment; only 2M can back a 2 MiB superslab (else huge_fail)") \
+    X(TINY_HEAP_PROFILE, ENUM, "C7_SAFE", HAK_ALL_VARIANTS, "LEGACY|C7_SAFE", \
+      "TinyHeap routing: LEGACY = no class, C7_SAFE = class 7 (513-1024 B) on TinyHeap") \
+    X(TINY_HEAP_CLASSES, INT, "-1", HAK_ALL_VARIANTS, "", \
+      "TinyHeap class mask override (bit i = class Ci, C0..C7); -1 = the profile's mask") \
+    X(TINY_HOTHEAP_V2, BOOL, "0", HAK_ALL_VARIANTS, "", \
+      "route TINY_HOTHEAP_CLASSES to HotHeap v2 (partial list + max_partial empty pages kept)") \
+    X(TINY_HOTHEAP_CLASSES, INT, "0x80", HAK_ALL_VARIANTS, "", \
+      "HotHeap v2 class mask (bit i = class Ci, C0..C7), used when TINY_HOTHEAP_V2=1") \
+    X(SMALL_HEAP_V3_ENABLED, BOOL, "0", HAK_ALL_VARIANTS, "", \
+      "route SMALL_HEAP_V3_CLASSES to SmallObject v3 (bounded scan, refill/retire backend)") \
+    X(SMALL_HEAP_V3_CLASSES, INT, "0x80", HAK_ALL_VARIANTS, "", \
+      "SmallObject v3 class mask (bit i = class Ci, C0..C7), used when SMALL_HEAP_V3_ENABLED=1")
 // clang-format on
 
 typedef enum {
@@ -52,7 +78,7 @@ typedef enum {
 } hak_option_type;
 
 // Values of HAKMEM_TINY_HEAP_PROFILE (index into its "values" list).
-enum { HAK_TINY_PROFILE_LEGACY = 0 };
+enum { HAK_TINY_PROFILE_LEGACY = 0, HAK_TINY_PROFILE_C7_SAFE = 1 };
 
 // Numeric value of every option (BOOL 0/1, ENUM index, SIZE bytes); STR options: 1 if set.
 extern long hak_option[HAK_OPTION_COUNT];

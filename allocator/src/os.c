@@ -4,11 +4,24 @@
 //   - empty superslabs are kept in a cache (HAKMEM_SS_CACHE_SIZE bytes) instead of munmap,
 //     because a heap that empties and refills a superslab would otherwise pay two syscalls and
 //     512 page faults each time. Cached superslabs stay registered (kind HAK_SS_FREE), so a
-//     stale free() into one is reported, not followed.
+//     stale free() into one is reported, not followed. That is the speed-first policy.
+//   - the lean policy (HAKMEM_SS_MEM_LEAN=1, profile BALANCED) keeps at most
+//     SS_MEM_LEAN_TARGET_MB of empty superslabs and, with SS_MEM_LEAN_DECOMMIT, gives their
+//     memory back with madvise(MADV_DONTNEED) as they enter the cache (the header page stays,
+//     so a stale free() is still reported): resident memory after a burst falls back to the
+//     live set, and reusing a cached superslab costs page faults instead of an mmap.
+//   - the huge-page experiment (HAKMEM_SS_HUGEPAGE_EXPERIMENT=1) maps new superslabs with
+//     MAP_HUGETLB (one 2 MiB page, no alignment trimming needed); when the kernel has no huge
+//     page to give (none reserved in /proc/sys/vm/nr_hugepages) it counts huge_fail and maps
+//     normally.
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
 
 #include "internal.h"
 #include "options.h"
@@ -42,6 +55,30 @@ void hak_os_unmap(void *base, size_t size) {
     hak_stat_add(ss_os, munmap, 1);
 }
 
+// A 2 MiB superslab backed by one huge page, or NULL (counted as huge_fail).
+static hak_superslab *map_huge_superslab(void) {
+    if (hak_option[HAK_OPT_SS_HUGEPAGE_SIZE] != (long)HAK_SS_SIZE) {
+        hak_stat_add(ss_os, huge_fail, 1); // 1 GiB pages cannot back a 2 MiB superslab
+        return NULL;
+    }
+    int saved = errno;
+    void *p =
+        mmap(NULL, HAK_SS_SIZE, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (HAK_SS_SHIFT << MAP_HUGE_SHIFT), -1, 0);
+    errno = saved;
+    hak_stat_add(ss_os, mmap_total, 1);
+    if (p == MAP_FAILED || ((uintptr_t)p & HAK_SS_MASK)) {
+        if (p != MAP_FAILED) hak_os_unmap(p, HAK_SS_SIZE);
+        hak_stat_add(ss_os, huge_fail, 1);
+        return NULL;
+    }
+    hak_stat_add(ss_os, huge_alloc, 1);
+    hak_stat_mapped((long)HAK_SS_SIZE);
+    hak_superslab *ss = p;
+    ss->huge = 1;
+    return ss;
+}
+
 // An empty 2 MiB superslab with a zeroed header, registered; NULL when out of memory.
 hak_superslab *hak_os_superslab_get(void) {
     hak_superslab *ss = NULL;
@@ -53,22 +90,48 @@ hak_superslab *hak_os_superslab_get(void) {
     }
     if (ss) {
         hak_stat_add(ss_os, cache_hit, 1);
+        uint8_t huge = ss->huge;
         memset(ss, 0, sizeof *ss);
+        ss->huge = huge;
         return ss;
     }
     hak_stat_add(ss_os, cache_miss, 1);
-    char *base;
-    size_t size;
-    ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
-    if (!ss) return NULL;
+    if (hak_option[HAK_OPT_SS_HUGEPAGE_EXPERIMENT]) ss = map_huge_superslab();
+    if (!ss) {
+        char *base;
+        size_t size;
+        ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
+        if (!ss) return NULL;
+    }
     hak_registry_set((uintptr_t)ss, 1);
     return ss;
+}
+
+// Superslabs the cache may hold under the current policy.
+static size_t cache_limit(void) {
+    if (!hak_option[HAK_OPT_SS_MEM_LEAN])
+        return (size_t)hak_option[HAK_OPT_SS_CACHE_SIZE] / HAK_SS_SIZE;
+    long target_mb = hak_option[HAK_OPT_SS_MEM_LEAN_TARGET_MB];
+    return target_mb > 0 ? ((size_t)target_mb << 20) / HAK_SS_SIZE : 0;
+}
+
+// Lean policy: the pages behind the header go back to the kernel (they read as zero after).
+// A huge-page superslab is one page, header included, so it stays as it is.
+static void decommit(hak_superslab *ss) {
+    if (ss->huge) return;
+    int saved = errno;
+    madvise((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE, MADV_DONTNEED);
+    errno = saved;
+    hak_stat_add(ss_os, madvise, 1);
 }
 
 // Takes back an empty superslab: into the cache while it has room, else unmapped.
 void hak_os_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
-    size_t limit = (size_t)hak_option[HAK_OPT_SS_CACHE_SIZE] / HAK_SS_SIZE;
+    size_t limit = cache_limit();
+    if (hak_option[HAK_OPT_SS_MEM_LEAN] && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
+        atomic_load_explicit(&cache_count, memory_order_relaxed) < limit)
+        decommit(ss);
     pthread_mutex_lock(&cache_lock);
     if (cache_count < limit) {
         ss->next = cache_first;

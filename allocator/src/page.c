@@ -6,10 +6,6 @@
 //                (HAK_XT_FULL, HAK_XT_NOTIFYING, see internal.h and hak_page_free_remote)
 #include "internal.h"
 
-// A fresh page's free list is carved in steps of at most this many bytes, so a page that only
-// ever holds a few blocks never touches (faults in) the rest of its 64 KiB.
-#define HAK_EXTEND_BYTES 4096
-
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     hak_superslab *ss = hak_superslab_of_page(page);
     size_t index = (size_t)(page - ss->pages);
@@ -28,13 +24,15 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
 }
 
-// Carves the next blocks into `free` (which must be empty). Returns 0 if the page is used up.
-int hak_page_extend(hak_page *page) {
+// Carves the next blocks, at most max_bytes of them, into `free` (which must be empty). A
+// step smaller than the page means a page that only ever holds a few blocks never touches
+// (faults in) the rest of its 64 KiB. Returns 0 if the page is used up.
+int hak_page_extend(hak_page *page, uint32_t max_bytes) {
     hak_assert(page->free == NULL);
     uint32_t left = page->capacity - page->reserved;
     if (left == 0) return 0;
     // At least 4 blocks, so mid-pool pages (2..48 blocks) do not refill block by block.
-    uint32_t count = HAK_EXTEND_BYTES / page->block_size;
+    uint32_t count = max_bytes / page->block_size;
     if (count < 4) count = 4;
     if (count > left) count = left;
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;

@@ -114,13 +114,44 @@ static void format_front_class(line_buffer *b, const hak_hot_stats *s) {
     HAK_FRONT_CLASS_COUNTERS(HAK_APPEND)
 #undef HAK_APPEND
 }
+
+// One front path's engagement: its classes' counters summed. route_hits counts every malloc
+// served by the path, so a path that serves no class (switched off) reports 0.
+static void format_path(line_buffer *b, const char *group, const hak_front *front,
+                        const hak_hot_stats *s) {
+    uint64_t classes = 0, alloc = 0, fast = 0, slow = 0, refill = 0, free_all = 0, remote = 0,
+             free_slow = 0, fallback = 0;
+    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
+        if (hak_route_for_class(c) != front) continue;
+        classes |= 1ull << c;
+        alloc += s->alloc[c];
+        fast += s->fast[c];
+        slow += s->slow[c];
+        refill += s->refill[c];
+        free_all += s->free[c];
+        remote += s->remote_free[c];
+        free_slow += s->free_slow[c];
+        fallback += s->fallback[c];
+    }
+    start(b, group);
+    append_key(b, "", "classes", classes);
+    append_key(b, "", "route_hits", alloc);
+    append_key(b, "", "alloc_fast", fast);
+    append_key(b, "", "alloc_slow", slow);
+    append_key(b, "", "refill", refill);
+    append_key(b, "", "free_fast", free_all - remote - free_slow);
+    append_key(b, "", "free_remote", remote);
+    append_key(b, "", "fallback", fallback);
+    append_key(b, "", "page_of_fail", free_slow);
+}
 #else
 static void format_heap(line_buffer *b, const hak_hot_stats *s) {
     (void)s;
     start(b, "HEAP_STATS");
     append(b, " compiled", 0);
 }
-#define format_front_class(b, s) (start(b, "FRONT_CLASS"), append(b, " compiled", 0))
+#define format_front_class(b, s)        (start(b, "FRONT_CLASS"), append(b, " compiled", 0))
+#define format_path(b, group, front, s) (start(b, group), append(b, " compiled", 0))
 #endif
 
 void hak_stats_print(void) {
@@ -162,10 +193,15 @@ void hak_stats_print(void) {
         ssize_t written = write(fd, b.text, b.len);                                                \
         (void)written;                                                                             \
     }
-#define format_group_SS_OS_STATS(b, s) format_ss_os(b)
-#define format_group_LARGE_STATS(b, s) format_large(b)
-#define format_group_HEAP_STATS(b, s)  format_heap(b, s)
-#define format_group_FRONT_CLASS(b, s) format_front_class(b, s)
+#define format_group_SS_OS_STATS(b, s)     format_ss_os(b)
+#define format_group_LARGE_STATS(b, s)     format_large(b)
+#define format_group_HEAP_STATS(b, s)      format_heap(b, s)
+#define format_group_FRONT_CLASS(b, s)     format_front_class(b, s)
+#define format_group_TINY_HEAP_STATS(b, s) format_path(b, "TINY_HEAP_STATS", &hak_front_tinyheap, s)
+#define format_group_HOTHEAP_V2_STATS(b, s)                                                        \
+    format_path(b, "HOTHEAP_V2_STATS", &hak_front_hotheap_v2, s)
+#define format_group_SMALL_HEAP_V3_STATS(b, s)                                                     \
+    format_path(b, "SMALL_HEAP_V3_STATS", &hak_front_smallheap_v3, s)
     HAK_STATS_GROUPS(HAK_PRINT)
 #undef HAK_PRINT
     if (fd != STDERR_FILENO) close(fd);

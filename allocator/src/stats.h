@@ -17,12 +17,16 @@
 #define HAK_STATS_HOT 0
 #endif
 
-// X(GROUP, kind): kind COLD = scalar fields below, HOT = per-class counters below.
+// X(GROUP, kind): kind COLD = scalar fields below, HOT = per-class counters below, PATH = the
+// per-class counters summed over the classes routed to one front path (engagement counters).
 #define HAK_STATS_GROUPS(X)                                                                        \
     X(SS_OS_STATS, COLD)                                                                           \
     X(LARGE_STATS, COLD)                                                                           \
     X(HEAP_STATS, HOT)                                                                             \
-    X(FRONT_CLASS, HOT)
+    X(FRONT_CLASS, HOT)                                                                            \
+    X(TINY_HEAP_STATS, PATH)                                                                       \
+    X(HOTHEAP_V2_STATS, PATH)                                                                      \
+    X(SMALL_HEAP_V3_STATS, PATH)
 
 #define HAK_SS_OS_STATS_FIELDS(X)                                                                  \
     X(alloc)         /* superslabs handed to heaps */                                              \
@@ -50,6 +54,14 @@
 // Per-class hot counters: key c<i>_<name> for tiny classes, mid_<name> summed over the mid pool.
 #define HAK_HEAP_STATS_COUNTERS(X)  X(fast) X(slow)
 #define HAK_FRONT_CLASS_COUNTERS(X) X(alloc) X(free) X(remote_free)
+// Counted per class for the PATH groups only:
+//   free_slow  owner frees the fast path could not take (the page found from the address was
+//              not on the fast path: full page); printed as page_of_fail
+//   refill     the front's slow path switched the class to another page (partial, retained
+//              or fresh)
+//   fallback   the front's own lists had no page and it went to the backend (fresh page from a
+//              superslab, or an adopted superslab)
+#define HAK_PATH_COUNTERS(X) X(free_slow) X(refill) X(fallback)
 
 #define HAK_FIELD(name) _Atomic uint64_t name;
 typedef struct {
@@ -73,6 +85,7 @@ void hak_stat_mapped(long delta_bytes);
 typedef struct {
     HAK_HEAP_STATS_COUNTERS(HAK_COUNTER)
     HAK_FRONT_CLASS_COUNTERS(HAK_COUNTER)
+    HAK_PATH_COUNTERS(HAK_COUNTER)
 } hak_hot_stats;
 #undef HAK_COUNTER
 

@@ -140,6 +140,7 @@ HAK_NOINLINE void hak_free_slow(void *p) {
         if (page->used == 0 || block == page->local_free || block == page->free)
             hak_fatal_pointer("free", "double free", p);
         HAK_HOT_STAT(heap, free, page->class_idx);
+        HAK_HOT_STAT(heap, free_slow, page->class_idx);
         heap->route[page->class_idx]->free_local_slow(heap, page, block);
         return;
     }

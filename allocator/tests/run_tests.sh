@@ -2,12 +2,15 @@
 # Runs the libhakmem C tests as a matrix: profiles x variants x tests, one line per
 # combination (PASS/FAIL, seconds), and exits non-zero when any combination failed.
 #
-#   run_tests.sh [--build DIR] [--profiles LIST] [--variants LIST] [--tests LIST]
+#   run_tests.sh [--build DIR] [--profiles LIST] [--variants LIST] [--matrix-variants LIST]
+#                [--tests LIST]
 #
 #   --profiles  space-separated env profiles: `default` (no settings) or comma-joined
 #               assignments, e.g. "default HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,HAKMEM_X=1"
 #   --variants  fast stats debug asan preload   (libhakmem builds; tests.mk builds them)
 #               glibc mimalloc                  (reference runs, no libhakmem involved)
+#   --matrix-variants  variants for the profiles other than `default` (default: --variants);
+#               the default profile runs under every variant, the others under these
 #   --tests     test names (build/tests/<kind>/<name>) and/or preload_programs, which runs
 #               only in the preload variant (and mimalloc, against mimalloc)
 #
@@ -22,12 +25,14 @@ cd "$(dirname "$0")/../.."
 build=build
 profiles=default
 variants="fast stats debug asan preload"
-tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free preload_programs"
+matrix_variants=""
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_paths preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
     --profiles) profiles=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
+    --matrix-variants) matrix_variants=$2; shift 2 ;;
     --tests) tests=$2; shift 2 ;;
     *) echo "run_tests.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -47,6 +52,7 @@ test_arguments() {
     */test_stress) echo "8 12 40" ;;
     asan/test_fork | debug/test_fork) echo 20 ;;
     asan/test_large) echo 40 ;;
+    asan/test_paths | debug/test_paths) echo 1 ;; # debug frees walk the page's free lists
     *) echo "" ;;
     esac
 }
@@ -89,7 +95,9 @@ for profile in $profiles; do
     profile_env=()
     [ "$profile" = default ] || IFS=, read -r -a profile_env <<<"$profile"
     profile_dir=$(echo "$profile" | tr -c 'A-Za-z0-9_=.\n-' '_')
-    for variant in $variants; do
+    profile_variants=$variants
+    [ "$profile" = default ] || [ -z "$matrix_variants" ] || profile_variants=$matrix_variants
+    for variant in $profile_variants; do
         if [ "$variant" = mimalloc ] && [ ! -e "$mimalloc_library" ]; then
             echo "SKIP variant mimalloc: $mimalloc_library is not installed"
             continue

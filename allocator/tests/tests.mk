@@ -8,16 +8,24 @@
 #   asan     ASan+UBSan binary calling the prefixed API of
 #            $(BUILD)/debug-asan/libhakmem_prefixed.a (ASan owns malloc itself)
 #
-# make test-allocator runs profiles x variants x tests through run_tests.sh:
+# make test-allocator runs profiles x variants x tests through run_tests.sh, then
+# check_routes.sh (each path switch engages exactly its path, by the stats counters):
 #   HAKMEM_TEST_PROFILES  env profiles, space-separated; each is `default` (no settings) or
 #                         comma-joined assignments, e.g. HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,X=1
-#   HAKMEM_TEST_VARIANTS  fast stats debug asan preload (also: glibc mimalloc, reference runs)
+#   HAKMEM_TEST_VARIANTS  fast stats debug asan preload (also: glibc mimalloc, reference runs);
+#                         the default profile runs under all of them
+#   HAKMEM_TEST_MATRIX_VARIANTS  the variants for every other profile (the optimised build
+#                         and the sanitized debug build)
 #   HAKMEM_TEST_NAMES     which tests (default: all, plus preload_programs in preload)
+#
+# The profile matrix: the settings of profiles/*.toml (default = C7_SAFE) and the path
+# switches with every tiny class routed to the path, so each front serves all its sizes.
 # make test-allocator-reference runs the same tests under glibc and mimalloc, without
 # libhakmem, to show that the tests themselves are right.
 
 HAKTEST_DIR     := allocator/tests
-HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free
+HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free \
+    test_paths
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
 # about what the allocator really returns.
@@ -27,8 +35,16 @@ HAKTEST_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -pthread -I$(HAKT
     $(HAKTEST_NO_BUILTINS)
 HAKTEST_LDLIBS  := -pthread -ldl
 
-HAKMEM_TEST_PROFILES ?= default
+HAKMEM_TEST_PROFILES ?= default \
+    HAKMEM_TINY_HEAP_PROFILE=LEGACY \
+    HAKMEM_SS_MEM_LEAN=1 \
+    HAKMEM_TINY_HEAP_CLASSES=0xC0 \
+    HAKMEM_TINY_HEAP_CLASSES=0xff \
+    HAKMEM_TINY_HOTHEAP_V2=1,HAKMEM_TINY_HOTHEAP_CLASSES=0xff \
+    HAKMEM_SMALL_HEAP_V3_ENABLED=1,HAKMEM_SMALL_HEAP_V3_CLASSES=0xff \
+    HAKMEM_SS_HUGEPAGE_EXPERIMENT=1,HAKMEM_SS_MEM_LEAN=1
 HAKMEM_TEST_VARIANTS ?= fast stats debug asan preload
+HAKMEM_TEST_MATRIX_VARIANTS ?= fast asan
 HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
 
 # Per kind: extra compile flags and the library linked in (empty for dynamic).
@@ -59,8 +75,10 @@ $(foreach k,dynamic fast stats debug asan,$(eval $(call HAKTEST_KIND_RULES,$(k))
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 
 .PHONY: test-allocator test-allocator-reference
-test-allocator: allocator $(foreach k,$(HAKTEST_KINDS),$(call haktest_bins,$(k)))
-	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
+test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k)))
+	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
+	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
+	bash $(HAKTEST_DIR)/check_routes.sh "$(BUILD)"
 
 test-allocator-reference: $(call haktest_bins,dynamic)
 	$(HAKTEST_RUN) --variants "glibc mimalloc" --tests "$(HAKMEM_TEST_NAMES)"
