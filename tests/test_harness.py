@@ -40,6 +40,11 @@ WORKLOADS = {
         2 * 2 * 5000,
         {"pairs", "count", "min", "max", "seed", "threads"},
     ),
+    "bench_burst": (
+        ["--mb", "4", "--seed", "5"],
+        None,  # blocks until 4 MiB are live, then one free each: ops = 2 x blocks
+        {"mb", "min", "max", "seed", "blocks", "rss_kb", "rss_peak_kb"},
+    ),
 }
 DETERMINISTIC = sorted(WORKLOADS)
 CONTRACT_KEYS = {"ops", "seconds", "checksum", "maxrss_kb", "malloc_impl"}
@@ -107,6 +112,8 @@ def test_output_contract(bench_dir, program):
     assert proc.stderr == ""
     throughput, values = parse_result(proc.stdout)
     assert CONTRACT_KEYS | extra_keys <= values.keys()
+    if expected_ops is None:
+        expected_ops = 2 * int(values["blocks"])
     assert int(values["ops"]) == expected_ops
     assert re.fullmatch(r"\d+\.\d{6}", values["seconds"])
     seconds = float(values["seconds"])
@@ -127,6 +134,7 @@ def test_output_contract(bench_dir, program):
         ("bench_mid_large_mt", ["--threads", "2", "--iters", "0"]),
         ("bench_xthread", ["--pairs", "1", "--count", "0"]),
         ("bench_soak", ["--epochs", "0", "--epoch-ms", "10"]),
+        ("bench_burst", ["--mb", "0"]),
     ],
 )
 def test_zero_iterations_measure_start_up_only(bench_dir, program, args):
@@ -249,6 +257,9 @@ BAD_ARGUMENTS = [
     ("bench_soak", ["--epochs", "2", "--epoch-ms", "0"]),
     ("bench_soak", ["--epochs", "2"]),
     ("bench_soak", ["--epochs", "2", "--epoch-ms", "10", "--leak-kb-per-s", "x"]),
+    ("bench_burst", ["--mb", "-1"]),
+    ("bench_burst", ["--mb", "4", "--min", "64", "--max", "8"]),
+    ("bench_burst", ["--mb", "4", "--bogus"]),
 ]
 
 
