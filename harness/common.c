@@ -146,15 +146,9 @@ void hb_parse_flags(int argc, char **argv, hb_option *opts, size_t n_opts) {
 
 /* ---- blocks ---- */
 
-void hb_fill_block(unsigned char *block, uint64_t size, unsigned char tag) {
-    block[0] = tag;
-    block[size - 1] = tag;
-}
-
-void hb_verify_block(const unsigned char *block, uint64_t size, unsigned char tag) {
-    if (block[0] != tag || block[size - 1] != tag)
-        hb_runtime_error("block of %" PRIu64 " bytes at %p was overwritten while live", size,
-                         (const void *)block);
+void hb_block_overwritten(const unsigned char *block, uint64_t size) {
+    hb_runtime_error("block of %" PRIu64 " bytes at %p was overwritten while live", size,
+                     (const void *)block);
 }
 
 /* ---- extra work ---- */
