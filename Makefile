@@ -30,7 +30,7 @@ $(VENV)/.setup-stamp: pyproject.toml scripts/setup.sh
 build: allocator harness
 
 demo: setup build
-	$(HAKBENCH) ab --profile BALANCED
+	$(HAKBENCH) ab --profile BALANCED --baseline C7_SAFE
 
 test: setup build
 	$(MAKE) --no-print-directory test-c

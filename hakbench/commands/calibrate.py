@@ -51,7 +51,9 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     show_default=True,
     help="ab's verdict threshold in %",
 )
-@click.option("--perf", is_flag=True, help="wrap each process in perf stat, as `ab --perf each` does")
+@click.option(
+    "--perf", is_flag=True, help="wrap each process in perf stat, as `ab --perf each` does"
+)
 @click.option("--seed", default=1, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 def calibrate_cmd(
