@@ -55,5 +55,11 @@ format: setup
 	$(VENV)/bin/ruff check --fix hakbench tests
 	clang-format -i allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h
 
+# libhakmem vs glibc and mimalloc on the seed workloads: interleaved throughput (median ops/s,
+# per-round ratio to mimalloc), then one exact callgrind count per cell (instructions/op).
+bench-alloc: setup build
+	$(HAKBENCH) matrix profiles/matrices/bench_alloc.toml
+	$(HAKBENCH) matrix profiles/matrices/bench_alloc.toml --metric instructions --runs 1
+
 clean:
 	rm -rf $(BUILD)
