@@ -52,6 +52,7 @@ FRONT_SYMBOL_PREFIXES = (
     "smallheap",
     "small_heap",
     "hak_smallheap",
+    "v3_",  # SmallObject v3's two backend calls belong to the front (front_smallheap_v3.c)
 )
 WRAPPER_HELPERS = frozenset(("alloc_class", "checked_page", "aligned_alloc_impl"))
 API_SYMBOLS = frozenset(
