@@ -31,7 +31,7 @@ from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.progress import Progress
 from hakbench.pyperf_export import complete_pairs
-from hakbench.runner import perf_usable, run_sample
+from hakbench.runner import instruction_sample, perf_usable, run_sample
 from hakbench.schedule import ab_schedule
 from hakbench.store import RunStore, write_json, write_pyperf
 
@@ -294,7 +294,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         if spec.metric == "instructions":
             for a, b in cells.values():
                 for side, cell in (("A", a), ("B", b)):
-                    record(_instructions_sample(cell), side=side, pair=0, round=0)
+                    record(instruction_sample(cell), side=side, pair=0, round=0)
         for slot in (*slots, *perf_slots):
             a, b = cells[slot.workload]
             cell = a if slot.side == "A" else b
@@ -405,35 +405,6 @@ def _observe(cell: Cell, spec: ABSpec) -> dict:
         cell.allocator, "stats", cell.profile, cell.workload, cell.env, cell.build, cell.sets
     )
     return run_sample(stats_cell, phase="observe", perf=False, stats=True, timeout=spec.timeout)
-
-
-def _instructions_sample(cell: Cell) -> dict:
-    from hakbench.instructions import measure_instructions  # issue 8's module
-
-    r = measure_instructions(cell)
-    ok = r.get("status") == "ok" and r.get("ir_per_op")
-    return {
-        "cell": cell.key,
-        "phase": "instructions",
-        "allocator": cell.allocator_label,
-        "variant": cell.variant,
-        "profile": cell.profile,
-        "workload": cell.workload.name,
-        "env": dict(cell.env),
-        "argv": None,
-        "status": "ok" if ok else "failed",
-        "returncode": None,
-        "signal": None,
-        "error": r.get("error"),
-        "stderr_tail": "",
-        "metrics": {"ir_per_op": r["ir_per_op"]} if ok else {},
-        "unavailable": [],
-        "harness": {},
-        "alloc_stats": {},
-        "instructions": r,
-        "started": None,
-        "wall_s": None,
-    }
 
 
 def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):

@@ -159,18 +159,9 @@ def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, object, bool]:
     return status, ru, timed_out.is_set()
 
 
-def run_sample(
-    cell,
-    *,
-    phase: str = "measure",
-    perf: bool = True,
-    stats: bool = False,
-    timeout: float = 120.0,
-    args=None,
-) -> dict:
-    """One process of ``cell``; never raises for a failed process: the sample says so."""
-    alloc = cell.resolved_allocator()
-    sample = {
+def new_sample(cell, phase: str) -> dict:
+    """A sample of ``cell`` with nothing measured yet (status "error" until filled in)."""
+    return {
         "cell": cell.key,
         "phase": phase,
         "allocator": cell.allocator_label,
@@ -191,6 +182,35 @@ def run_sample(
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
         "wall_s": None,
     }
+
+
+def instruction_sample(cell, phase: str = "instructions") -> dict:
+    """One exact instruction count of ``cell`` (hakbench.instructions) as a sample."""
+    from hakbench.instructions import measure_instructions  # valgrind/perf only when asked
+
+    sample = new_sample(cell, phase)
+    sample["argv"] = cell.command()[0]
+    r = measure_instructions(cell)
+    ok = r.get("status") == "ok" and bool(r.get("ir_per_op"))
+    sample.update(status="ok" if ok else "failed", error=r.get("error"), tool=r.get("tool"))
+    sample["instructions"] = r
+    if ok:
+        sample["metrics"] = {"ir_per_op": r["ir_per_op"], "instructions": r["ir_total"]}
+    return sample
+
+
+def run_sample(
+    cell,
+    *,
+    phase: str = "measure",
+    perf: bool = True,
+    stats: bool = False,
+    timeout: float = 120.0,
+    args=None,
+) -> dict:
+    """One process of ``cell``; never raises for a failed process: the sample says so."""
+    alloc = cell.resolved_allocator()
+    sample = new_sample(cell, phase)
     if not alloc.available:
         sample["error"] = alloc.missing_reason
         return sample
