@@ -1,0 +1,110 @@
+"""``hakbench matrix``: cross axes into cells and run them interleaved, round by round."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hakbench import matrix
+from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.progress import Progress
+from hakbench.store import default_run_dir
+
+
+def print_summaries(summaries: list[matrix.CellSummary]) -> None:
+    """One line per cell: median, CI, n and the ratio to the reference cell."""
+    width = max((len(s.label) for s in summaries), default=10)
+    workload = None
+    for s in summaries:
+        if s.coords["workload"] != workload:
+            workload = s.coords["workload"]
+            click.echo(f"{workload}:")
+        if s.median is None:
+            click.echo(f"  {s.label:<{width}}  {s.status}" + (f": {s.reason}" if s.reason else ""))
+            continue
+        digits = 2 if s.metric == "ir_per_op" else 0
+        ratio = ""
+        if s.ratio is not None:
+            ratio = f"  x{s.ratio:.3f} [{s.ratio_ci_low:.3f}, {s.ratio_ci_high:.3f}]"
+            ratio += " (reference)" if s.reference == s.label else f" vs {s.reference}"
+        failed = f"  ({s.n_failed} failed: {s.reason})" if s.n_failed else ""
+        click.echo(
+            f"  {s.label:<{width}}  {s.median:>14,.{digits}f} {s.metric}"
+            f"  95% CI [{s.ci_low:,.{digits}f}, {s.ci_high:,.{digits}f}]  n={s.n}{ratio}{failed}"
+        )
+
+
+def progress_reporter(label: str):
+    """A progress bar per group of samples: the timed rounds, then the instruction counts."""
+    state: dict = {}
+
+    def on_sample(done: int, total: int, sample: dict) -> None:
+        if done == 1:
+            counting = sample["phase"] == "instructions"
+            state["bar"] = Progress(total, f"{label} instruction counts" if counting else label)
+        bad = sample["status"] != "ok"
+        note = f"{sample['cell'].split('|')[0]} {sample['workload']}: {sample['status']}"
+        state["bar"].step(not bad, note if bad else "")
+        if done == total:
+            state["bar"].close()
+
+    return on_sample
+
+
+@click.command("matrix")
+@click.argument("matrix_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="run directory")
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="continue a run directory: samples already there (cell, round) are not run again",
+)
+@click.option("--runs", type=click.IntRange(1, 10000), help="measured rounds (default: file's)")
+@click.option(
+    "--metric",
+    type=click.Choice(sorted(matrix.METRIC_OF)),
+    help="throughput (timed runs) or instructions (Ir per op; default: file's)",
+)
+def matrix_cmd(matrix_file, out, resume, runs, metric):
+    """Run every cell of MATRIX_FILE (profiles/matrices/*.toml), interleaved round by round.
+
+    Each round runs every cell once in a seeded shuffled order; warm-up rounds are
+    discarded. Writes samples.jsonl, meta.json and summary.csv (median, 95 % CI, n and the
+    ratio to the reference cell). Exit 2 on an unknown axis value, 3 when no sample
+    succeeded, 130 when interrupted (resume with --resume DIR).
+    """
+    if out and resume and out.resolve() != resume.resolve():
+        raise UsageError("--out and --resume name different directories; give one")
+    spec = matrix.load_matrix(matrix_file)
+    out_dir = resume or out or default_run_dir(f"matrix-{spec.name}")
+    try:
+        run = matrix.run_matrix(
+            spec,
+            out_dir,
+            runs=runs,
+            metric=metric,
+            resume=resume is not None,
+            command=["hakbench", *sys.argv[1:]],
+            on_sample=progress_reporter(f"matrix {spec.name}"),
+        )
+    except KeyboardInterrupt:
+        click.echo("", err=True)
+        if (out_dir / "meta.json").exists():
+            print_summaries(matrix.write_dir_summary(out_dir))
+        click.echo(f"interrupted; finished samples are in {out_dir}", err=True)
+        click.echo(f"continue with: hakbench matrix {matrix_file} --resume {out_dir}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    for s in run.skipped:
+        click.echo(f"note: skipped {s.label}: {s.reason}", err=True)
+    if run.reused:
+        click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
+    print_summaries(run.summaries)
+    click.echo(str(out_dir))
+    if not any(s.status == "ok" for s in run.summaries):
+        raise MeasurementError(f"no sample of matrix {spec.name} succeeded; see {out_dir}")
+
+
+COMMANDS = [matrix_cmd]

@@ -1,0 +1,79 @@
+"""``hakbench scorecard``: rebuild, check or refresh the committed scorecard (issue #6)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from hakbench import paths, scorecard
+from hakbench.commands.matrix import progress_reporter
+from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, UsageError
+
+
+@click.command("scorecard")
+@click.option("--refresh", is_flag=True, help="measure again: run the scorecard matrix first")
+@click.option("--quick", is_flag=True, help="with --refresh: the matrix's quick_runs rounds")
+@click.option("--runs", type=click.IntRange(1, 1000), help="with --refresh: measured rounds")
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="with --refresh: matrix file (default profiles/matrices/scorecard.toml)",
+)
+@click.option("--check", is_flag=True, help="exit 1 with a diff when committed files are stale")
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="results directory (default: results/)",
+)
+def scorecard_cmd(refresh, quick, runs, matrix_file, check, results):
+    """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
+    stored in results/scorecard/ alone.
+
+    --refresh runs the scorecard matrix on this machine first and replaces the stored
+    samples (history.csv gains one block of rows). --check regenerates into a temporary
+    directory and exits 1 when the committed files differ. With no stored samples, exit 2
+    and say how to make them.
+    """
+    results = results or paths.results_dir()
+    if check and refresh:
+        raise UsageError("--check compares the committed files; it does not refresh")
+    if not refresh and (quick or runs or matrix_file):
+        raise UsageError("--quick, --runs and --matrix go with --refresh")
+    if check:
+        problems = scorecard.check(results)
+        if problems:
+            for p in problems:
+                click.echo(p, err=True)
+            click.echo(
+                f"scorecard --check: {len(problems)} file(s) differ from what "
+                f"{results / scorecard.STORED_DIR} gives; run `hakbench scorecard` and commit",
+                err=True,
+            )
+            sys.exit(EXIT_GATE)
+        click.echo(f"scorecard --check: {results} matches its stored samples")
+        return
+    if refresh:
+        started = time.monotonic()
+        try:
+            run_dir = scorecard.refresh(
+                results,
+                matrix=matrix_file,
+                quick=quick,
+                runs=runs,
+                command=["hakbench", *sys.argv[1:]],
+                on_sample=progress_reporter("scorecard"),
+            )
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted; the stored scorecard was left as it was", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
+    else:
+        scorecard.render(results)
+    click.echo(f"wrote {results / scorecard.MD_NAME} and the files beside it")
+
+
+COMMANDS = [scorecard_cmd]

@@ -1,0 +1,692 @@
+"""Matrices: cross axes into cells, run them interleaved round by round, resume, summarise.
+
+A matrix file (``profiles/matrices/*.toml``)::
+
+    name = "scorecard"
+    runs = 7              # measured rounds; every round runs every cell once
+    quick_runs = 3        # rounds for a quick refresh (optional)
+    warmup = 1            # rounds run first and discarded
+    seed = 1              # seeds the shuffled cell order of each round
+    metric = "throughput" # or "instructions" (callgrind / perf Ir per op)
+    instructions = true   # with throughput: also count Ir/op once per cell, after the rounds
+    reference = { allocator = "mimalloc" }   # ratios are to this cell, same workload
+
+    [axes]
+    allocator = ["hakmem", "system", "mimalloc"]
+    variant = ["fast"]
+    profile = ["C7_SAFE", "BALANCED"]
+    workload = ["mixed", "tiny_hot"]
+    HAKMEM_SOME_SWITCH = [0, 1]   # any HAKMEM_* key is an axis
+
+Variant, profile and ``HAKMEM_*`` axes describe libhakmem only: for a reference allocator
+they collapse, so it gets one cell per workload. Why rounds: on this VM the speed drifts
+between two modes every few seconds (shared/research/ab_sensitivity_on_this_vm.md), so
+each round runs every cell once in a fresh seeded order, and cells are compared round by
+round rather than as one block after another.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import random
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hakbench.allocators import VARIANTS, resolve_allocator
+from hakbench.errors import MeasurementError, UsageError
+from hakbench.profiles import (
+    load_options,
+    load_profiles,
+    load_workloads,
+    resolve_profile,
+    resolve_workload,
+    validate_env,
+)
+
+METRIC_OF = {"throughput": "throughput", "instructions": "ir_per_op"}
+NAMED_AXES = ("allocator", "variant", "profile", "workload")
+TOP_KEYS = {
+    "name",
+    "description",
+    "runs",
+    "quick_runs",
+    "warmup",
+    "seed",
+    "metric",
+    "reference",
+    "axes",
+    "instructions",
+}
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    name: str
+    description: str
+    axes: dict  # axis -> tuple of values (strings), in file order
+    runs: int
+    warmup: int
+    seed: int
+    metric: str  # "throughput" | "instructions"
+    reference: dict  # axis -> value selecting the reference cell of each workload
+    quick_runs: int
+    instructions: bool = False  # one instruction-count sample per cell after the timed rounds
+    path: Path | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    """One cell of a matrix: its coordinates on the axes and the runnable ``hakbench.cell.Cell``.
+
+    ``coords`` holds only the axes that apply: a reference allocator has no variant,
+    profile or ``HAKMEM_*`` coordinate.
+    """
+
+    coords: tuple  # ((axis, value), ...) in axis order
+    cell: object = field(compare=False, default=None)
+
+    @property
+    def coord(self) -> dict:
+        return dict(self.coords)
+
+    @property
+    def key(self) -> str:
+        return self.cell.key
+
+    @property
+    def label(self) -> str:
+        return coords_label(self.coord)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlannedSample:
+    round: int
+    phase: str  # "warmup" | "measure" | "instructions"
+    index: int  # into the matrix's cell list
+
+
+def coords_label(coord: Mapping[str, str]) -> str:
+    """``hakmem:fast/C7_SAFE[HAKMEM_X=1]`` or ``mimalloc`` (the workload is not part of it)."""
+    label = coord["allocator"]
+    if coord.get("variant"):
+        label += f":{coord['variant']}"
+    if coord.get("profile"):
+        label += f"/{coord['profile']}"
+    sets = [f"{k}={v}" for k, v in coord.items() if k.startswith("HAKMEM_")]
+    if sets:
+        label += "[" + ",".join(sets) + "]"
+    return label
+
+
+def _axis_value(axis: str, value) -> str:
+    """TOML value -> the string a cell uses: booleans as 1/0 (like profiles), names in the
+    case the lab spells them (profiles upper, workloads and allocators lower)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    text = str(value)
+    if axis == "profile":
+        return text.upper()
+    return text.lower() if axis in ("allocator", "workload") else text
+
+
+def _positive_int(data: dict, key: str, default: int, where: str, minimum: int = 1) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise UsageError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def parse_matrix(text: str, where: str = "matrix", path: Path | None = None) -> MatrixSpec:
+    """Parse and shape-check a matrix; names are checked against the lab by ``expand``."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{where}: malformed TOML: {e}") from None
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(TOP_KEYS)}")
+    raw_axes = data.get("axes")
+    if not isinstance(raw_axes, dict) or not raw_axes:
+        raise UsageError(f"{where}: needs an [axes] table")
+    axes: dict = {}
+    for axis, values in raw_axes.items():
+        if axis not in NAMED_AXES and not axis.startswith("HAKMEM_"):
+            raise UsageError(
+                f"{where}: unknown axis '{axis}'; axes are {', '.join(NAMED_AXES)} or HAKMEM_* keys"
+            )
+        if not isinstance(values, list) or not values:
+            raise UsageError(f"{where}: axis '{axis}' must be a non-empty list")
+        norm = [_axis_value(axis, v) for v in values]
+        if len(set(norm)) != len(norm):
+            raise UsageError(f"{where}: axis '{axis}' repeats a value: {norm}")
+        axes[axis] = tuple(norm)
+    for axis in ("allocator", "workload"):
+        if axis not in axes:
+            raise UsageError(f"{where}: [axes] needs '{axis}'")
+    metric = data.get("metric", "throughput")
+    if metric not in METRIC_OF:
+        raise UsageError(f"{where}: metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
+    reference = data.get("reference", {"allocator": axes["allocator"][0]})
+    if not isinstance(reference, dict) or "allocator" not in reference:
+        raise UsageError(f"{where}: reference must be a table naming at least an allocator")
+    reference = {str(k): _axis_value(str(k), v) for k, v in reference.items()}
+    for axis, value in reference.items():
+        if axis not in axes or value not in axes[axis]:
+            raise UsageError(f"{where}: reference {axis}={value} is not a value of that axis")
+    runs = _positive_int(data, "runs", 5, where)
+    instructions = data.get("instructions", False)
+    if not isinstance(instructions, bool):
+        raise UsageError(f"{where}: instructions must be true or false")
+    return MatrixSpec(
+        name=str(data.get("name") or (path.stem if path else "matrix")),
+        description=str(data.get("description", "")),
+        axes=axes,
+        runs=runs,
+        warmup=_positive_int(data, "warmup", 1, where, minimum=0),
+        seed=_positive_int(data, "seed", 1, where, minimum=0),
+        metric=metric,
+        reference=reference,
+        quick_runs=_positive_int(data, "quick_runs", min(3, runs), where),
+        instructions=instructions,
+        path=path,
+        text=text,
+    )
+
+
+def load_matrix(path: Path | str) -> MatrixSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read matrix {path}: {e.strerror}") from None
+    return parse_matrix(text, str(path), path)
+
+
+def expand_coords(spec: MatrixSpec, *, validate_options: bool = True) -> list[dict]:
+    """Every cell's coordinates, workload outermost; unknown axis values raise UsageError.
+
+    Reference allocators collapse the hakmem-only axes. ``validate_options`` checks the
+    ``HAKMEM_*`` axes against the built options table (``make_cell`` checks profiles).
+    """
+    axes = spec.axes
+    workloads = load_workloads()
+    for w in axes["workload"]:
+        resolve_workload(w, workloads)
+    for a in axes["allocator"]:
+        resolve_allocator(a)  # unknown name -> UsageError naming it
+    for v in axes.get("variant", ()):
+        if v not in VARIANTS:
+            raise UsageError(f"unknown variant '{v}' in axis variant; known: {', '.join(VARIANTS)}")
+    profiles = load_profiles()
+    for p in axes.get("profile", ()):
+        resolve_profile(p, profiles)
+    set_axes = [a for a in axes if a.startswith("HAKMEM_")]
+    if validate_options and set_axes:
+        options = load_options()
+        for axis in set_axes:
+            for value in axes[axis]:
+                validate_env({axis: value}, options, f"axis {axis}")
+
+    hakmem_combos: list[list[tuple]] = [[]]
+    for axis, values in (
+        ("variant", axes.get("variant", ("fast",))),
+        ("profile", axes.get("profile", ())),
+        *((a, axes[a]) for a in set_axes),
+    ):
+        if values:
+            hakmem_combos = [[*c, (axis, v)] for c in hakmem_combos for v in values]
+
+    out = []
+    for workload in axes["workload"]:
+        for alloc in axes["allocator"]:
+            name = resolve_allocator(alloc).name
+            combos = hakmem_combos if name == "hakmem" else [[]]
+            for combo in combos:
+                coord = {"workload": workload, "allocator": name, **dict(combo)}
+                if coord not in out:
+                    out.append(coord)
+    return out
+
+
+def make_matrix_cells(
+    spec: MatrixSpec, *, build: Path | None = None
+) -> tuple[list[MatrixCell], list[Skipped]]:
+    """Runnable cells, and the ones skipped because their allocator is not installed/built."""
+    from hakbench.cell import make_cell
+
+    cells: list[MatrixCell] = []
+    skipped: list[Skipped] = []
+    for coord in expand_coords(spec):
+        alloc = resolve_allocator(coord["allocator"], coord.get("variant", "fast"), build)
+        label = coords_label(coord)
+        if not alloc.available:
+            if all(s.label != label for s in skipped):
+                skipped.append(Skipped(label, alloc.missing_reason or "not available"))
+            continue
+        sets = {k: v for k, v in coord.items() if k.startswith("HAKMEM_")}
+        cell = make_cell(
+            coord["allocator"],
+            coord["workload"],
+            variant=coord.get("variant", "fast"),
+            profile=coord.get("profile"),
+            sets=sets or None,
+            build=build,
+        )
+        cells.append(MatrixCell(tuple(_ordered(coord)), cell))
+    return cells, skipped
+
+
+def _ordered(coord: Mapping[str, str]) -> list[tuple[str, str]]:
+    first = [(a, coord[a]) for a in NAMED_AXES if a in coord]
+    return first + [(k, v) for k, v in coord.items() if k not in NAMED_AXES]
+
+
+def reference_index(coords: list[dict], reference: Mapping[str, str]) -> list[int | None]:
+    """For each cell, the index of its reference cell (or None when there is none).
+
+    The reference of a cell matches the selector and agrees with the cell on every other
+    axis both have: same workload, and for a hakmem reference the same variant, profile
+    and switches where the cell has them. The first match in cell order wins.
+    """
+    out: list[int | None] = []
+    for c in coords:
+        found = None
+        for j, r in enumerate(coords):
+            if any(r.get(k) != v for k, v in reference.items()):
+                continue
+            if all(c.get(k, v) == v for k, v in r.items() if k not in reference):
+                found = j
+                break
+        out.append(found)
+    return out
+
+
+def round_order(n_cells: int, round_no: int, seed: int) -> list[int]:
+    """The cell order of one round: a shuffle seeded by (seed, round), so resume replays it."""
+    order = list(range(n_cells))
+    random.Random(f"hakbench-matrix:{seed}:{round_no}").shuffle(order)
+    return order
+
+
+def plan(
+    n_cells: int,
+    runs: int,
+    warmup: int,
+    seed: int,
+    phase: str = "measure",
+    instructions: bool = False,
+) -> list[PlannedSample]:
+    """Rounds 0..warmup-1 are warm-up (discarded), then ``runs`` measured rounds; with
+    ``instructions`` one more round of instruction counts (phase "instructions", round 0:
+    a count is exact, so it needs neither warm-up nor repeats)."""
+    out = []
+    for r in range(warmup + runs):
+        p = "warmup" if r < warmup else phase
+        out.extend(PlannedSample(r, p, i) for i in round_order(n_cells, r, seed))
+    if instructions:
+        out.extend(PlannedSample(0, "instructions", i) for i in round_order(n_cells, -1, seed))
+    return out
+
+
+def done_keys(samples: Iterable[dict]) -> set[tuple[str, str, int]]:
+    """(cell key, phase, round) of every sample already recorded, whatever its status."""
+    return {(s["cell"], s["phase"], int(s["round"])) for s in samples if "round" in s}
+
+
+def instruction_sample(cell, phase: str) -> dict:
+    """One instruction count (callgrind or perf, see hakbench.instructions) as a sample."""
+    from hakbench.instructions import measure_instructions  # valgrind/perf only when asked
+
+    argv, _ = cell.command()
+    result = measure_instructions(cell)
+    metrics = {}
+    if result["status"] == "ok":
+        metrics = {"ir_per_op": result["ir_per_op"], "instructions": result["ir_total"]}
+    return {
+        "cell": cell.key,
+        "phase": phase,
+        "allocator": cell.allocator_label,
+        "variant": cell.variant,
+        "profile": cell.profile,
+        "workload": cell.workload.name,
+        "env": dict(cell.env),
+        "argv": argv,
+        "status": result["status"],
+        "error": result["error"],
+        "metrics": metrics,
+        "tool": result["tool"],
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
+    }
+
+
+def take_sample(cell, phase: str) -> dict:
+    """One sample of ``cell``: a timed process, or an instruction count for that phase."""
+    if phase == "instructions":
+        return instruction_sample(cell, phase)
+    from hakbench.runner import run_sample
+
+    return run_sample(cell, phase=phase)
+
+
+def cells_meta(cells: list[MatrixCell]) -> list[dict]:
+    """What meta.json records per cell, enough to rebuild a report from samples alone."""
+    out = []
+    for mc in cells:
+        argv, _ = mc.cell.command()
+        out.append(
+            {
+                "key": mc.key,
+                "label": mc.label,
+                "coords": mc.coord,
+                "workload_description": mc.cell.workload.description,
+                "argv": [Path(argv[0]).name, *argv[1:]],
+                "env": dict(sorted(mc.cell.env.items())),
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    key: str
+    label: str
+    coords: dict
+    metric: str
+    status: str  # "ok" (at least one good sample) | "failed" | "no samples"
+    reason: str  # why samples failed (most frequent error), "" when none did
+    n: int  # good samples carrying the metric
+    n_failed: int
+    median: float | None
+    ci_low: float | None
+    ci_high: float | None
+    reference: str | None = None  # label of the reference cell
+    ratio: float | None = None  # median of per-round ratios cell/reference
+    ratio_ci_low: float | None = None
+    ratio_ci_high: float | None = None
+    n_pairs: int = 0
+
+
+def _most_frequent(errors: list[str]) -> str:
+    if not errors:
+        return ""
+    counts: dict[str, int] = {}
+    for e in errors:
+        counts[e] = counts.get(e, 0) + 1
+    best = max(counts.values())
+    first = next(e for e in errors if counts[e] == best)
+    return first if len(counts) == 1 else f"{first} ({best} of {len(errors)})"
+
+
+def _values_by_round(samples: list[dict], metric: str) -> dict[int, float]:
+    out = {}
+    for s in samples:
+        v = s.get("metrics", {}).get(metric)
+        if s.get("status") == "ok" and isinstance(v, int | float):
+            out[int(s["round"])] = float(v)
+    return out
+
+
+def summarize(
+    samples: Iterable[dict],
+    cells: list[dict],
+    metric: str,
+    reference: Mapping[str, str] | None = None,
+) -> list[CellSummary]:
+    """Per cell: median and 95 % CI of ``metric`` over measured rounds, and the ratio to the
+    reference cell as the median of per-round ratios (rounds pair the two cells in time).
+
+    ``cells`` is meta.json's cell list (key, label, coords), in report order. Only samples
+    of the phase that measures the metric count: "instructions" for ``ir_per_op``,
+    "measure" for the rest (warm-up is discarded).
+    """
+    from hakbench.stats import median_ci
+
+    phase = "instructions" if metric == "ir_per_op" else "measure"
+    by_cell: dict[str, list[dict]] = {c["key"]: [] for c in cells}
+    for s in samples:
+        if s.get("phase") == phase and s.get("cell") in by_cell:
+            by_cell[s["cell"]].append(s)
+    coords = [c["coords"] for c in cells]
+    refs = reference_index(coords, reference) if reference else [None] * len(cells)
+    rounds = [_values_by_round(by_cell[c["key"]], metric) for c in cells]
+    out = []
+    for i, c in enumerate(cells):
+        own = by_cell[c["key"]]
+        failed = [s for s in own if s.get("status") != "ok"]
+        values = [rounds[i][r] for r in sorted(rounds[i])]
+        status = "no samples" if not own else ("failed" if len(failed) == len(own) else "ok")
+        med = lo = hi = None
+        if values:
+            med, lo, hi = median_ci(values)
+        ratio = rlo = rhi = None
+        pairs: list[float] = []
+        j = refs[i]
+        if j is not None and j != i:
+            pairs = [v / rounds[j][r] for r, v in rounds[i].items() if rounds[j].get(r)]
+            if pairs:
+                ratio, rlo, rhi = median_ci(pairs)
+        elif j == i and values:
+            ratio, rlo, rhi, pairs = 1.0, 1.0, 1.0, values
+        out.append(
+            CellSummary(
+                key=c["key"],
+                label=c["label"],
+                coords=dict(c["coords"]),
+                metric=metric,
+                status=status,
+                reason=_most_frequent([str(s.get("error") or s.get("status")) for s in failed]),
+                n=len(values),
+                n_failed=len(failed),
+                median=med,
+                ci_low=lo,
+                ci_high=hi,
+                reference=cells[j]["label"] if j is not None else None,
+                ratio=ratio,
+                ratio_ci_low=rlo,
+                ratio_ci_high=rhi,
+                n_pairs=len(pairs),
+            )
+        )
+    return out
+
+
+@dataclass
+class MatrixRun:
+    spec: MatrixSpec
+    out_dir: Path
+    cells: list[MatrixCell]
+    skipped: list[Skipped]
+    meta: dict
+    summaries: list[CellSummary]
+    ran: int  # samples taken by this invocation
+    reused: int  # samples found in the run directory (--resume)
+
+
+def _meta_cells_match(meta: dict, cells: list[MatrixCell], where: Path) -> None:
+    recorded = [c["key"] for c in meta.get("cells", [])]
+    wanted = [c.key for c in cells]
+    if recorded != wanted:
+        missing = sorted(set(wanted) - set(recorded)) or sorted(set(recorded) - set(wanted))
+        raise UsageError(
+            f"{where} was run with other cells ({', '.join(missing[:3])} differ); "
+            "resume it with the same matrix file, or start a new --out"
+        )
+
+
+def run_matrix(
+    spec: MatrixSpec,
+    out_dir: Path,
+    *,
+    runs: int | None = None,
+    metric: str | None = None,
+    resume: bool = False,
+    build: Path | None = None,
+    command: list[str] | str | None = None,
+    on_sample: Callable[[int, int, dict], None] | None = None,
+    instructions: bool | None = None,
+) -> MatrixRun:
+    """Run every cell ``runs`` times, round by round, appending each sample as it finishes.
+
+    With ``resume`` the samples already in ``out_dir`` (by cell key and round) are kept and
+    not run again; the round orders are seeded, so the rest of the plan is unchanged.
+    ``on_sample(done, total, sample)`` reports progress, counting timed samples and
+    instruction counts separately. ``instructions`` (default: the
+    file's) adds a round of instruction counts to a throughput matrix. KeyboardInterrupt
+    propagates after the finished samples are on disk.
+    """
+    from hakbench.meta import collect_meta
+    from hakbench.store import RunStore
+
+    metric = metric or spec.metric
+    if metric not in METRIC_OF:
+        raise UsageError(f"metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
+    cells, skipped = make_matrix_cells(spec, build=build)
+    if not cells:
+        reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
+        raise MeasurementError(f"matrix {spec.name}: no cell can run ({reasons})")
+    out_dir = Path(out_dir)
+    samples_file = out_dir / "samples.jsonl"
+    meta_file = out_dir / "meta.json"
+    if resume:
+        if not meta_file.exists():
+            raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
+        meta = json.loads(meta_file.read_text())
+        _meta_cells_match(meta, cells, out_dir)
+        if meta["matrix"]["metric"] != metric:
+            raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
+        runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
+        meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
+        meta.setdefault("resumed", []).append(
+            _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        )
+    else:
+        if samples_file.exists():
+            raise UsageError(
+                f"{out_dir} already holds samples; pass --resume {out_dir} or a new --out"
+            )
+        runs = runs or spec.runs
+        warmup = spec.warmup if metric == "throughput" else 0
+        if instructions is None:
+            instructions = spec.instructions
+        meta = collect_meta(
+            command,
+            kind="matrix",
+            run_id=out_dir.name,
+            matrix={
+                "name": spec.name,
+                "description": spec.description,
+                "file": str(spec.path) if spec.path else None,
+                "text": spec.text,
+                "runs": runs,
+                "warmup": warmup,
+                "seed": spec.seed,
+                "metric": metric,
+                "reference": spec.reference,
+                "instructions": bool(instructions and metric == "throughput"),
+            },
+            cells=cells_meta(cells),
+            skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
+        )
+    store = RunStore(out_dir)
+    store.write_meta(meta)
+    previous = store.samples() if samples_file.exists() else []
+    done = done_keys(previous)
+    m = meta["matrix"]
+    phase = "measure" if metric == "throughput" else "instructions"
+    todo = [
+        p
+        for p in plan(len(cells), runs, m["warmup"], m["seed"], phase, m.get("instructions", False))
+        if (cells[p.index].key, p.phase, p.round) not in done
+    ]
+    # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
+    group_size = Counter(p.phase == "instructions" for p in todo)
+    group_done: Counter = Counter()
+    for p in todo:
+        sample = take_sample(cells[p.index].cell, p.phase)
+        sample.update(run_id=meta["run_id"], round=p.round, side=None, pair=None)
+        store.append(sample)  # gives it its seq and fsyncs it
+        group = p.phase == "instructions"
+        group_done[group] += 1
+        if on_sample:
+            on_sample(group_done[group], group_size[group], sample)
+    summaries = write_dir_summary(out_dir)
+    return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
+
+
+def write_dir_summary(out_dir: Path) -> list[CellSummary]:
+    """summary.csv of a matrix run directory from what it holds (also after an interrupt)."""
+    from hakbench.store import load_samples
+
+    meta = json.loads((out_dir / "meta.json").read_text())
+    m = meta["matrix"]
+    samples = (
+        load_samples(out_dir / "samples.jsonl") if (out_dir / "samples.jsonl").exists() else []
+    )
+    summaries = summarize(samples, meta["cells"], METRIC_OF[m["metric"]], m["reference"])
+    write_summary_csv(out_dir / "summary.csv", summaries)
+    return summaries
+
+
+SUMMARY_FIELDS = (
+    "cell",
+    "label",
+    "workload",
+    "metric",
+    "status",
+    "n",
+    "n_failed",
+    "median",
+    "ci_low",
+    "ci_high",
+    "reference",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "n_pairs",
+    "reason",
+)
+
+
+def fmt(value: float | None, digits: int) -> str:
+    """Fixed formatting so regenerated files are byte-identical; '' for no value."""
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def write_summary_csv(path: Path, summaries: list[CellSummary]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(SUMMARY_FIELDS)
+        for s in summaries:
+            digits = 2 if s.metric == "ir_per_op" else 0
+            w.writerow(
+                [
+                    s.key,
+                    s.label,
+                    s.coords["workload"],
+                    s.metric,
+                    s.status,
+                    s.n,
+                    s.n_failed,
+                    fmt(s.median, digits),
+                    fmt(s.ci_low, digits),
+                    fmt(s.ci_high, digits),
+                    s.reference or "",
+                    fmt(s.ratio, 4),
+                    fmt(s.ratio_ci_low, 4),
+                    fmt(s.ratio_ci_high, 4),
+                    s.n_pairs,
+                    s.reason,
+                ]
+            )

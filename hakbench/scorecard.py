@@ -1,0 +1,467 @@
+"""The scorecard: libhakmem against the reference allocators, rebuilt from stored samples.
+
+``refresh`` runs ``profiles/matrices/scorecard.toml`` and keeps a compact copy of its
+samples in ``results/scorecard/`` (samples.jsonl + meta.json, committed). ``render``
+rebuilds everything else from that directory alone — ``results/scorecard.csv``,
+``results/SCORECARD.md``, ``results/plots/*.png`` and ``results/history.csv`` — so anyone
+regenerates the same bytes, and ``check`` proves the committed files are what the committed
+samples say.
+
+history.csv keeps one block of rows per refresh. A refresh appends its block; ``render``
+recomputes the block of the stored refresh from its samples and keeps the other blocks as
+they are in the file, so the rebuild is deterministic and the trend survives refreshes.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import json
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hakbench import paths
+from hakbench.errors import MeasurementError, UsageError
+from hakbench.matrix import CellSummary, fmt, load_matrix, run_matrix, summarize
+
+MILESTONES = (("M1", 0.5), ("M2", 0.8), ("M3", 1.0))
+# metric -> decimals in the CSV; throughput is the primary, the others sit beside it.
+REPORT_METRICS = {"throughput": 0, "maxrss_kb": 0, "minflt": 0, "ir_per_op": 2}
+# What a stored sample keeps; the rest (env, argv, allocator stats, stderr of good runs)
+# is either in meta.json once per cell or not needed to rebuild the scorecard.
+KEPT_FIELDS = ("seq", "cell", "round", "phase", "status", "error", "metrics")
+KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sample used
+
+CSV_NAME = "scorecard.csv"
+MD_NAME = "SCORECARD.md"
+HISTORY_NAME = "history.csv"
+PLOTS_DIR = "plots"
+STORED_DIR = "scorecard"
+CSV_FIELDS = (
+    "workload",
+    "allocator",
+    "variant",
+    "profile",
+    "switches",
+    "metric",
+    "status",
+    "n",
+    "n_failed",
+    "median",
+    "ci_low",
+    "ci_high",
+    "reference",
+    "ratio_to_reference",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "n_pairs",
+    "reason",
+)
+HISTORY_FIELDS = (
+    "date",
+    "commit",
+    "workload",
+    "allocator",
+    "status",
+    "median_ops_s",
+    "reference",
+    "ratio_to_reference",
+)
+
+
+def default_matrix() -> Path:
+    return paths.profiles_dir() / "matrices" / "scorecard.toml"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one allocator stands against the reference over the matched workloads."""
+
+    label: str
+    geomean: float | None
+    matched: list[str]  # workloads where both it and the reference have a ratio
+    unmatched: list[tuple[str, str]]  # (workload, why)
+    at_least: dict[str, int]  # milestone -> matched workloads whose ratio reaches it
+    ir_geomean: float | None = None  # geomean of Ir/op ratios (lower: fewer instructions)
+    ir_matched: int = 0
+
+    @property
+    def milestone(self) -> str | None:
+        return milestone_of(self.geomean)
+
+
+@dataclass
+class Scorecard:
+    meta: dict
+    cells: list[dict]  # meta.json's cell list: key, label, coords, workload_description, ...
+    by_metric: dict[str, list[CellSummary]]  # aligned with cells
+    n_samples: int
+    history: list[dict]
+    ir_tools: list[str]  # instruction counters the samples used (callgrind, perf)
+
+    @property
+    def reference(self) -> str:
+        return self.meta["matrix"]["reference"]["allocator"]
+
+    @property
+    def skipped(self) -> list[dict]:
+        return self.meta.get("skipped", [])
+
+    @property
+    def throughput(self) -> list[CellSummary]:
+        return self.by_metric["throughput"]
+
+    def workloads(self) -> list[tuple[str, str]]:
+        seen: dict[str, str] = {}
+        for c in self.cells:
+            seen.setdefault(c["coords"]["workload"], c.get("workload_description", ""))
+        return list(seen.items())
+
+    def labels(self) -> list[str]:
+        return list(dict.fromkeys(c["label"] for c in self.cells))
+
+    def summary(self, metric: str, workload: str, label: str) -> CellSummary | None:
+        for s in self.by_metric.get(metric, []):
+            if s.coords["workload"] == workload and s.label == label:
+                return s
+        return None
+
+    def standings(self) -> list[Standing]:
+        """Every allocator but the reference: geomean ratio over matched workloads only."""
+        out = []
+        reference_label = next(
+            (c["label"] for c in self.cells if c["coords"]["allocator"] == self.reference),
+            None,
+        )
+        for label in self.labels():
+            if label == reference_label:
+                continue
+            matched, unmatched, ratios, ir_ratios = [], [], [], []
+            for workload, _ in self.workloads():
+                ir = self.summary("ir_per_op", workload, label)
+                ir_ref = self.summary("ir_per_op", workload, reference_label or "")
+                if ir and ir_ref and ir.median and ir_ref.median:
+                    ir_ratios.append(ir.median / ir_ref.median)
+                s = self.summary("throughput", workload, label)
+                ref = self.summary("throughput", workload, reference_label or "")
+                if s is not None and s.ratio is not None:
+                    matched.append(workload)
+                    ratios.append(s.ratio)
+                elif s is None:
+                    unmatched.append((workload, "not in matrix"))
+                elif s.status != "ok":
+                    unmatched.append((workload, f"{label} {s.status}"))
+                elif ref is None or ref.status != "ok":
+                    why = "skipped" if ref is None else ref.status
+                    unmatched.append((workload, f"{self.reference} {why}"))
+                else:
+                    unmatched.append((workload, "no round with both"))
+            at_least = {m: sum(r >= t for r in ratios) for m, t in MILESTONES}
+            out.append(
+                Standing(
+                    label,
+                    geomean(ratios),
+                    matched,
+                    unmatched,
+                    at_least,
+                    geomean(ir_ratios),
+                    len(ir_ratios),
+                )
+            )
+        return out
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def history_ratios(history: list[dict]) -> dict[tuple[str, str, str, str], float]:
+    """(date, commit, allocator, workload) -> ratio to the reference, where there was one."""
+    return {
+        (r["date"], r["commit"], r["allocator"], r["workload"]): float(r["ratio_to_reference"])
+        for r in history
+        if r["ratio_to_reference"]
+    }
+
+
+def milestone_of(ratio: float | None) -> str | None:
+    reached = None
+    for name, threshold in MILESTONES:
+        if ratio is not None and ratio >= threshold:
+            reached = name
+    return reached
+
+
+def stored_dir(results: Path) -> Path:
+    return results / STORED_DIR
+
+
+def load_stored(results: Path) -> tuple[list[dict], dict]:
+    """The stored samples and meta; none stored is bad input (exit 2) with the fix."""
+    d = stored_dir(results)
+    samples_file, meta_file = d / "samples.jsonl", d / "meta.json"
+    if not samples_file.exists() or not meta_file.exists():
+        raise UsageError(
+            f"no stored scorecard samples in {d} (samples.jsonl + meta.json); "
+            "run `hakbench scorecard --refresh` first"
+        )
+    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
+    if not samples:
+        raise UsageError(f"{samples_file} is empty; run `hakbench scorecard --refresh`")
+    return samples, json.loads(meta_file.read_text())
+
+
+def build_scorecard(samples: list[dict], meta: dict, history: list[dict]) -> Scorecard:
+    cells = meta["cells"]
+    reference = {"allocator": meta["matrix"]["reference"]["allocator"]}
+    present = {m for s in samples for m in s.get("metrics", {})}
+    by_metric = {
+        metric: summarize(samples, cells, metric, reference if metric == "throughput" else None)
+        for metric in REPORT_METRICS
+        if metric == "throughput" or metric in present
+    }
+    tools = sorted(
+        {s["tool"] for s in samples if s.get("phase") == "instructions" and s.get("tool")}
+    )
+    card = Scorecard(meta, cells, by_metric, len(samples), [], tools)
+    card.history = merge_history(history, history_rows(card))
+    return card
+
+
+def refresh_id(meta: dict) -> tuple[str, str]:
+    git = meta.get("git") or {}
+    commit = (git.get("commit") or "unknown")[:12] + ("+dirty" if git.get("dirty") else "")
+    return meta["date"], commit
+
+
+def history_rows(card: Scorecard) -> list[dict]:
+    date, commit = refresh_id(card.meta)
+    return [
+        {
+            "date": date,
+            "commit": commit,
+            "workload": s.coords["workload"],
+            "allocator": s.label,
+            "status": s.status,
+            "median_ops_s": fmt(s.median, 0),
+            "reference": card.reference,
+            "ratio_to_reference": fmt(s.ratio, 4),
+        }
+        for s in card.throughput
+    ]
+
+
+def read_history(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def merge_history(existing: list[dict], current: list[dict]) -> list[dict]:
+    """Other refreshes' rows as they are, then this refresh's rows, ordered by date."""
+    if not current:
+        return list(existing)
+    this = (current[0]["date"], current[0]["commit"])
+    kept = [r for r in existing if (r["date"], r["commit"]) != this]
+    return sorted(kept + current, key=lambda r: r["date"])
+
+
+def csv_text(card: Scorecard) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for i, c in enumerate(card.cells):
+        coords = c["coords"]
+        switches = ";".join(f"{k}={v}" for k, v in coords.items() if k.startswith("HAKMEM_"))
+        for metric, summaries in card.by_metric.items():
+            s = summaries[i]
+            digits = REPORT_METRICS[metric]
+            w.writerow(
+                [
+                    coords["workload"],
+                    coords["allocator"],
+                    coords.get("variant", ""),
+                    coords.get("profile", ""),
+                    switches,
+                    metric,
+                    s.status,
+                    s.n,
+                    s.n_failed,
+                    fmt(s.median, digits),
+                    fmt(s.ci_low, digits),
+                    fmt(s.ci_high, digits),
+                    card.reference if s.ratio is not None else "",
+                    fmt(s.ratio, 4),
+                    fmt(s.ratio_ci_low, 4),
+                    fmt(s.ratio_ci_high, 4),
+                    s.n_pairs,
+                    s.reason,
+                ]
+            )
+    return buf.getvalue()
+
+
+def history_text(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, HISTORY_FIELDS, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def render(results: Path, out: Path | None = None) -> list[Path]:
+    """Rebuild csv, Markdown, history and plots from ``results/scorecard/`` into ``out``.
+
+    ``out`` defaults to ``results`` itself; history.csv is read from ``results``.
+    """
+    from hakbench.report.scorecard_md import scorecard_markdown
+    from hakbench.report.scorecard_plots import draw_plots
+
+    out = out or results
+    samples, meta = load_stored(results)
+    card = build_scorecard(samples, meta, read_history(results / HISTORY_NAME))
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in (
+        (CSV_NAME, csv_text(card)),
+        (HISTORY_NAME, history_text(card.history)),
+        (MD_NAME, scorecard_markdown(card)),
+    ):
+        (out / name).write_text(text)
+        written.append(out / name)
+    plots = out / PLOTS_DIR
+    if plots.exists():
+        shutil.rmtree(plots)  # no stale plots of workloads that left the matrix
+    plots.mkdir()
+    written += draw_plots(card, plots)
+    return written
+
+
+def check(results: Path) -> list[str]:
+    """Regenerate into a temporary directory; one readable message per differing file."""
+    from hakbench.report.scorecard_plots import same_maker
+
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="hakbench-scorecard-") as tmp:
+        fresh = Path(tmp)
+        written = render(results, fresh)
+        for path in written:
+            rel = path.relative_to(fresh)
+            committed = results / rel
+            if not committed.exists():
+                problems.append(f"{rel}: missing (run `hakbench scorecard` and commit it)")
+                continue
+            if path.suffix == ".png":
+                if committed.read_bytes() == path.read_bytes():
+                    continue
+                if not same_maker(committed, path):
+                    # Another matplotlib/Pillow draws other bytes; the numbers are in the
+                    # text files, which are checked exactly.
+                    continue
+                problems.append(f"{rel}: differs from the plot the stored samples give")
+                continue
+            old, new = committed.read_text(), path.read_text()
+            if old != new:
+                diff = difflib.unified_diff(
+                    old.splitlines(),
+                    new.splitlines(),
+                    f"committed {rel}",
+                    f"regenerated {rel}",
+                    lineterm="",
+                    n=1,
+                )
+                lines = list(diff)
+                if len(lines) > 40:
+                    lines = lines[:40] + [f"... {len(lines) - 40} more diff lines"]
+                problems.append("\n".join(lines))
+        stale = sorted(
+            p.relative_to(results)
+            for p in (results / PLOTS_DIR).glob("*.png")
+            if not (fresh / p.relative_to(results)).exists()
+        )
+        problems += [f"{rel}: not produced by the stored samples (delete it)" for rel in stale]
+    return problems
+
+
+def compact_sample(sample: dict) -> dict:
+    """The part of a sample the scorecard needs; stderr only for a sample that failed."""
+    out = {k: sample.get(k) for k in KEPT_FIELDS}
+    out.update({k: sample[k] for k in KEPT_IF_PRESENT if sample.get(k)})
+    metrics = sample.get("metrics") or {}
+    out["metrics"] = {k: v for k, v in metrics.items() if k in REPORT_METRICS}
+    if sample.get("status") != "ok":
+        out["stderr_tail"] = sample.get("stderr_tail", "")
+    return out
+
+
+def store_refresh(run_dir: Path, results: Path, extra_meta: dict) -> Path:
+    """Copy a finished matrix run into ``results/scorecard/``, compacted."""
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta.update(extra_meta)
+    meta["matrix"].pop("text", None)
+    meta.pop("cwd", None)
+    d = stored_dir(results)
+    tmp = d.with_name(d.name + ".new")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    with open(tmp / "samples.jsonl", "w") as f:
+        for s in samples:
+            f.write(json.dumps(compact_sample(s), sort_keys=True) + "\n")
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if d.exists():
+        shutil.rmtree(d)
+    tmp.rename(d)
+    return d
+
+
+def refresh(
+    results: Path,
+    *,
+    matrix: Path | None = None,
+    quick: bool = False,
+    runs: int | None = None,
+    command: list[str] | str | None = None,
+    on_sample=None,
+) -> Path:
+    """Run the scorecard matrix, store its samples, append history, regenerate the files.
+
+    ``quick`` runs the matrix's quick_runs rounds and skips its instruction counts.
+
+    The full run stays in ``results/runs/<id>/``; the stored scorecard is replaced only when
+    the run finished and at least one sample succeeded.
+    """
+    from hakbench.store import default_run_dir
+
+    spec = load_matrix(matrix or default_matrix())
+    runs = runs or (spec.quick_runs if quick else spec.runs)
+    run_dir = results / "runs" / default_run_dir(f"scorecard-{spec.name}").name
+    run = run_matrix(
+        spec,
+        run_dir,
+        runs=runs,
+        command=command,
+        on_sample=on_sample,
+        instructions=spec.instructions and not quick,
+    )
+    if not any(s.status == "ok" for s in run.summaries):
+        reasons = sorted({s.reason for s in run.summaries})
+        raise MeasurementError(
+            f"no cell of the scorecard succeeded ({'; '.join(reasons)[:300]}); "
+            f"stored scorecard left as it was; samples in {run_dir}"
+        )
+    store_refresh(run_dir, results, {"quick": quick, "full_run": str(run_dir.name)})
+    samples, meta = load_stored(results)
+    history_file = results / HISTORY_NAME
+    card = build_scorecard(samples, meta, [])
+    existing = history_file.read_text() if history_file.exists() else ""
+    new_rows = history_text(history_rows(card)).split("\n", 1)[1]
+    history_file.write_text((existing or ",".join(HISTORY_FIELDS) + "\n") + new_rows)
+    render(results)
+    return run_dir
