@@ -345,39 +345,18 @@ def done_keys(samples: Iterable[dict]) -> set[tuple[str, str, int]]:
     return {(s["cell"], s["phase"], int(s["round"])) for s in samples if "round" in s}
 
 
-def instruction_sample(cell, phase: str) -> dict:
-    """One instruction count (callgrind or perf, see hakbench.instructions) as a sample."""
-    from hakbench.instructions import measure_instructions  # valgrind/perf only when asked
-
-    argv, _ = cell.command()
-    result = measure_instructions(cell)
-    metrics = {}
-    if result["status"] == "ok":
-        metrics = {"ir_per_op": result["ir_per_op"], "instructions": result["ir_total"]}
-    return {
-        "cell": cell.key,
-        "phase": phase,
-        "allocator": cell.allocator_label,
-        "variant": cell.variant,
-        "profile": cell.profile,
-        "workload": cell.workload.name,
-        "env": dict(cell.env),
-        "argv": argv,
-        "status": result["status"],
-        "error": result["error"],
-        "metrics": metrics,
-        "tool": result["tool"],
-        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
-    }
-
-
 def take_sample(cell, phase: str) -> dict:
-    """One sample of ``cell``: a timed process, or an instruction count for that phase."""
+    """One sample of ``cell``: a timed process, or an instruction count for that phase.
+
+    Timed rounds run the harness directly (rusage from wait4), never under ``perf stat``:
+    wrapping every process in perf was measured to double the spread of paired throughput
+    ratios on this VM (see ``hakbench ab --perf``).
+    """
+    from hakbench.runner import instruction_sample, run_sample
+
     if phase == "instructions":
         return instruction_sample(cell, phase)
-    from hakbench.runner import run_sample
-
-    return run_sample(cell, phase=phase)
+    return run_sample(cell, phase=phase, perf=False)
 
 
 def cells_meta(cells: list[MatrixCell]) -> list[dict]:

@@ -9,6 +9,7 @@ import click
 
 from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.meta import command_line
 from hakbench.progress import Progress
 from hakbench.store import default_run_dir
 
@@ -87,7 +88,7 @@ def matrix_cmd(matrix_file, out, resume, runs, metric):
             runs=runs,
             metric=metric,
             resume=resume is not None,
-            command=["hakbench", *sys.argv[1:]],
+            command=command_line(),
             on_sample=progress_reporter(f"matrix {spec.name}"),
         )
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ import click
 from hakbench import paths, scorecard
 from hakbench.commands.matrix import progress_reporter
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, UsageError
+from hakbench.meta import command_line
 
 
 @click.command("scorecard")
@@ -64,7 +65,7 @@ def scorecard_cmd(refresh, quick, runs, matrix_file, check, results):
                 matrix=matrix_file,
                 quick=quick,
                 runs=runs,
-                command=["hakbench", *sys.argv[1:]],
+                command=command_line(),
                 on_sample=progress_reporter("scorecard"),
             )
         except KeyboardInterrupt:
