@@ -2,7 +2,8 @@
 #   make setup   system packages (apt-get, when root) + .venv with hakbench[dev]
 #   make build   every allocator variant and every harness program (C only)
 #   make demo    setup + build + the main job (hakbench ab --profile BALANCED)
-#   make test    setup + build + C tests + pytest + lint + scorecard check
+#   make test    setup + build + C tests + pytest + lint + scorecard check (committed
+#                results/ must regenerate identically from results/scorecard/)
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -36,6 +37,7 @@ test: setup build
 	$(MAKE) --no-print-directory test-c
 	$(MAKE) --no-print-directory test-py
 	$(MAKE) --no-print-directory lint
+	$(HAKBENCH) scorecard --check
 
 test-c: test-allocator
 
@@ -59,7 +61,6 @@ format: setup
 # per-round ratio to mimalloc), then one exact callgrind count per cell (instructions/op).
 bench-alloc: setup build
 	$(HAKBENCH) matrix profiles/matrices/bench_alloc.toml
-	$(HAKBENCH) matrix profiles/matrices/bench_alloc.toml --metric instructions --runs 1
 
 clean:
 	rm -rf $(BUILD)

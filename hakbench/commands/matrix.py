@@ -17,11 +17,11 @@ from hakbench.store import default_run_dir
 def print_summaries(summaries: list[matrix.CellSummary]) -> None:
     """One line per cell: median, CI, n and the ratio to the reference cell."""
     width = max((len(s.label) for s in summaries), default=10)
-    workload = None
+    heading = None
     for s in summaries:
-        if s.coords["workload"] != workload:
-            workload = s.coords["workload"]
-            click.echo(f"{workload}:")
+        if (s.coords["workload"], s.metric) != heading:
+            heading = (s.coords["workload"], s.metric)
+            click.echo(f"{heading[0]} ({s.metric}):")
         if s.median is None:
             click.echo(f"  {s.label:<{width}}  {s.status}" + (f": {s.reason}" if s.reason else ""))
             continue
