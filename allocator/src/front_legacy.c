@@ -24,7 +24,7 @@ void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     if (--page->used == 0) hak_heap_page_emptied(heap, page);
 }
 
-static void legacy_page_emptied(hak_heap *heap, hak_page *page) {
+void hak_front_release_page(hak_heap *heap, hak_page *page) {
     hak_heap_detach_page(heap, page);
     hak_heap_release_page(heap, page);
 }
@@ -33,5 +33,5 @@ const hak_front hak_front_legacy = {
     .name = "legacy",
     .alloc_slow = legacy_alloc_slow,
     .free_local_slow = hak_front_free_local,
-    .page_emptied = legacy_page_emptied,
+    .page_emptied = hak_front_release_page,
 };

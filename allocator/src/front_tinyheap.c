@@ -21,14 +21,9 @@ static void *tinyheap_alloc_slow(hak_heap *heap, unsigned cls) {
     return hak_page_pop(page);
 }
 
-static void tinyheap_page_emptied(hak_heap *heap, hak_page *page) {
-    hak_heap_detach_page(heap, page);
-    hak_heap_release_page(heap, page);
-}
-
 const hak_front hak_front_tinyheap = {
     .name = "tinyheap",
     .alloc_slow = tinyheap_alloc_slow,
     .free_local_slow = hak_front_free_local,
-    .page_emptied = tinyheap_page_emptied,
+    .page_emptied = hak_front_release_page,
 };

@@ -295,6 +295,8 @@ extern const hak_front hak_front_hotheap_v2;
 extern const hak_front hak_front_smallheap_v3;
 const hak_front *hak_route_for_class(unsigned cls);
 void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block);
+// The default page_emptied: take the page out of its queue and give it back to its superslab.
+void hak_front_release_page(hak_heap *heap, hak_page *page);
 void hak_route_latch(hak_heap *heap);
 void hak_route_print(void);
 
