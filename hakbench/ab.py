@@ -218,8 +218,8 @@ def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
     return builds, shas
 
 
-def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None) -> ABResult:
-    """Run the whole A/B and write every output file into ``out``."""
+def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
+    """Validate everything a spec names (UsageError on the first problem); its cells."""
     known = (*TIMED_METRICS, "instructions")
     if spec.metric not in known:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
@@ -229,8 +229,13 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
         )
+    return build_cells(spec, builds or {})
+
+
+def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None) -> ABResult:
+    """Run the whole A/B and write every output file into ``out``."""
     builds, shas = _resolve_builds(spec)
-    cells = build_cells(spec, builds)
+    cells = check_spec(spec, builds)
     store = RunStore(out, fresh=True)
     meta = collect_meta(
         command,

@@ -131,6 +131,8 @@ def ab_cmd(
         perf=perf_mode,
         perf_runs=perf_runs,
     )
+    if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
+        engine.check_spec(spec)  # (with revisions, each side is checked against its own build)
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
     noise = engine.noise_warning_for(spec)
