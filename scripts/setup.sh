@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
-PKGS=(gcc make python3-venv linux-perf valgrind strace clang-format
+PKGS=(gcc make python3-venv linux-perf valgrind strace clang-format git perl sqlite3
       libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 time)
 
 system() {
