@@ -28,12 +28,13 @@ from pathlib import Path
 
 from hakbench import paths, soakstats
 from hakbench.allocators import Allocator, resolve_allocator
+from hakbench.cell import make_cell
 from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_epoch_line, parse_harness_output
 from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.procenv import clean_env
-from hakbench.profiles import load_options, resolve_profile, resolve_workload, validate_env
+from hakbench.profiles import resolve_workload
 
 SOAK_PROGRAM = "bench_soak"
 EPOCH_COLUMNS = (
@@ -177,22 +178,16 @@ def plan_targets(
     binary = paths.bench_binary(SOAK_PROGRAM, build=build)
     if not binary.exists():
         raise UsageError(f"{binary} not built (run `make harness`)")
-    options = None
-    if paths.options_binary(build).exists():
-        options = load_options(paths.options_binary(build))
     targets = []
     for name in dict.fromkeys(allocators):
         alloc = resolve_allocator(name, build=build)
         if not alloc.available:
             raise UsageError(f"allocator {alloc.label}: {alloc.missing_reason}")
-        if alloc.name != "hakmem":
-            targets.append(SoakTarget(alloc, None, {}, binary, wl.args))
-            continue
-        for pname in dict.fromkeys(p.upper() for p in profiles):
-            prof = resolve_profile(pname)
-            if options is not None:
-                validate_env(prof.env, options, where=f"profile {prof.name}")
-            targets.append(SoakTarget(alloc, prof.name, dict(prof.env), binary, wl.args))
+        # A reference runs once (profiles are libhakmem's); hakmem once per profile.
+        names = dict.fromkeys(p.upper() for p in profiles) if alloc.name == "hakmem" else [None]
+        for pname in names:
+            cell = make_cell(name, wl, profile=pname, build=build)
+            targets.append(SoakTarget(alloc, cell.profile, dict(cell.env), binary, wl.args))
     return tuple(targets)
 
 
