@@ -247,7 +247,7 @@ void hak_options_print_table(int fd, int json) {
         parse_value(d, d->default_text, &def);
         if (!json) {
             format_value(i, def, value, sizeof value);
-            snprintf(line, sizeof line, "HAKMEM_%-20s %-5s default=%-8s [%s] %s%s%s\n", d->name,
+            snprintf(line, sizeof line, "HAKMEM_%-22s %-5s default=%-8s [%s] %s%s%s\n", d->name,
                      type_names[d->type], d->type == HAK_OPT_TYPE_STR ? "\"\"" : value, d->variants,
                      d->description, d->values[0] ? " values=" : "", d->values);
             write_all(fd, line);

@@ -35,7 +35,7 @@
     X(HOTHEAP_V2_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", \
       "print the HOTHEAP_V2_STATS group: engagement of the HotHeap v2 path (fast: compiled=0)") \
     X(SMALL_HEAP_V3_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", \
-      "print the SMALL_HEAP_V3_STATS group: engagement of the SmallObject v3 path") \
+      "print the SMALL_HEAP_V3_STATS group: engagement of the SmallObject v3 path (fast: compiled=0)") \
     X(SS_CACHE_SIZE, SIZE, "32M", HAK_ALL_VARIANTS, "", \
       "speed-first policy: bytes of empty 2 MiB superslabs kept mapped (and resident) for reuse") \
     X(SS_MEM_LEAN, BOOL, "0", HAK_ALL_VARIANTS, "", \
