@@ -5,23 +5,31 @@ discarded, verdict by ``hakbench.stats.verdict`` on the per-pair throughput rati
 truth is known: A/A (no change: any GO/NO-GO is a false positive) and A against the same
 cell with a known injected cost (the harness's ``--extra-work K``, a real dependent multiply
 chain per op). The effect of each K is measured here, from every pair of its trials, since
-it depends on the harness and the machine (the research note's values are kept beside it).
+it depends on the harness and the machine.
 
-Beyond the rates, the A/A pairs give the noise of one pair's log-ratio on this machine
-(robust SD); from it the minimum detectable effect at a run count follows (80 % power,
-alpha 0.05, Wilcoxon ~ normal approximation), and the run count a threshold needs.
-``load_latest`` / ``noise_warning`` let ``ab`` use that.
+Two rates per injected effect, each with its Wilson 95 % interval:
+
+- **detection**: the share of trials judged NO-GO by the whole rule (threshold included);
+- **resolution**: the share where the noise let the rule see the effect at all (the CI and
+  Wilcoxon legs, threshold 0). The smallest effect resolved in >= 80 % of trials is the
+  machine's noise floor at that pair count.
+
+``ab`` warns from these figures (``noise_warning``): only when the calibration shows that an
+effect larger than its threshold is missed more than one time in five. A calibration belongs
+to the machine it was measured on: ``calibrate`` keeps it under
+``results/runs/calibration/<fingerprint>/`` (git-ignored); ``results/calibration/latest.json``
+is the lab machine's committed reference, used when this machine has none.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
 import platform
 import random
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,18 +40,17 @@ from hakbench import stats as st
 from hakbench.meta import cpu_model
 from hakbench.runner import run_sample
 from hakbench.schedule import ab_schedule
-from hakbench.store import write_json
+from hakbench.store import append_jsonl, read_json, write_json, write_text
 
 ALPHA = st.ALPHA
 POWER = 0.8
-# Asymptotic efficiency of Wilcoxon's signed-rank test relative to the t-test under normal
-# noise (3/pi); with this VM's heavy tails it does better, so the MDE errs on the safe side.
-WILCOXON_ARE = 3 / math.pi
-# Slowdown (wall, paired median) of --extra-work K measured in research/ab_sensitivity_on_this_vm.md
-# on its own loop program; ours differs, so the effect is re-measured in every calibration.
-RESEARCH_EFFECT_PCT = {0.0156: 0.55, 0.5: 2.26, 1.25: 5.58, 2.5: 9.26}
-DEFAULT_EXTRA_WORK = (0.5, 1.25)
+# ab's default pair count (hakbench.ab.DEFAULT_PAIRS; a test keeps them equal): calibrating
+# at the pair count ab runs by default lets ab read its figures without scaling.
+DEFAULT_RUNS = 100
+# K of --extra-work: ~0.5, ~1 and ~2 % slowdowns of `mixed` here, around ab's 1 % threshold.
+DEFAULT_EXTRA_WORK = (0.125, 0.25, 0.5)
 AA = "A/A"
+FORMAT = 2  # calibration.json layout; 1 had an analytic MDE instead of resolution rates
 
 
 @dataclass
@@ -56,7 +63,8 @@ class Trial:
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: str
+    verdict: str  # the ab rule with the calibration's threshold
+    resolved: bool = False  # the ab rule with threshold 0 found a slowdown (A/A: any change)
     log_ratios: list = field(default_factory=list)
     failed: int = 0
 
@@ -115,9 +123,22 @@ def judge_trial(
 
     c = st.compare_paired("cal", "throughput", a, b, higher_is_better=True)
     v = st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=threshold_pct)
+    v0 = st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=0.0)
+    resolved = v0 != st.NEUTRAL and v0 != st.NO_DATA if k == 0 else v0 == st.NO_GO
     logs = [float(x) for x in np.log(st.paired_ratios(a, b))]
     return Trial(
-        condition, k, index, c.n_pairs, c.ratio, c.ci_low, c.ci_high, c.p_value, v, logs, failed
+        condition,
+        k,
+        index,
+        c.n_pairs,
+        c.ratio,
+        c.ci_low,
+        c.ci_high,
+        c.p_value,
+        v,
+        resolved,
+        logs,
+        failed,
     )
 
 
@@ -142,70 +163,83 @@ def robust_sd(values: Sequence[float]) -> float:
     return float(1.4826 * np.median(np.abs(x - np.median(x))))
 
 
-def _z_sum(alpha: float, power: float) -> float:
-    return NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+def trials_frame(trials: Sequence[Trial]):
+    """The tidy table of trials: one row per trial (its pairs' log-ratios as a list)."""
+    import pandas as pd
+
+    columns = [f.name for f in Trial.__dataclass_fields__.values()]
+    return pd.DataFrame([asdict(t) for t in trials], columns=columns)
 
 
-def mde_pct(sigma: float, runs: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    """Smallest slowdown (%) the paired test finds with ``power`` at ``runs`` pairs."""
-    if not sigma or math.isnan(sigma) or runs < 1:
-        return math.nan
-    delta = _z_sum(alpha, power) * sigma / math.sqrt(runs * WILCOXON_ARE)
-    return 100 * (math.exp(delta) - 1)
+def _rate(hits: int, n: int) -> dict:
+    low, high = wilson_ci(hits, n)
+    return {"hits": int(hits), "rate": hits / n if n else math.nan, "ci95": [low, high]}
 
 
-def runs_needed(sigma: float, effect_pct: float, alpha: float = ALPHA, power: float = POWER):
-    """Pairs needed to detect ``effect_pct`` with ``power``; None when it cannot be said."""
-    if not sigma or math.isnan(sigma) or effect_pct <= 0:
-        return None
-    delta = math.log(1 + effect_pct / 100)
-    return math.ceil((_z_sum(alpha, power) * sigma / delta) ** 2 / WILCOXON_ARE)
+def condition_table(trials: Sequence[Trial]):
+    """One row per condition: trials, measured effect, detection and resolution counts."""
+    import numpy as np
+
+    df = trials_frame(trials)
+    df["no_go"] = df["verdict"] == st.NO_GO
+    df["go"] = df["verdict"] == st.GO
+    df["significant"] = df["p_value"] < ALPHA
+    g = df.groupby(["extra_work", "condition"], sort=True)
+    table = g.agg(
+        trials=("index", "size"),
+        no_go=("no_go", "sum"),
+        go=("go", "sum"),
+        significant=("significant", "sum"),
+        resolved=("resolved", "sum"),
+        failed_samples=("failed", "sum"),
+    ).reset_index()
+    pooled = g["log_ratios"].agg(lambda s: [x for row in s for x in row]).reset_index(drop=True)
+    table["pairs"] = pooled.map(len)
+    # the paired median of every pair of the condition, as a slowdown of B in percent
+    table["effect_pct"] = pooled.map(
+        lambda xs: 100 * (1 / math.exp(float(np.median(xs))) - 1) if xs else math.nan
+    )
+    # A/A: any GO/NO-GO is a false positive; K>0: NO-GO is a detection
+    table["detected"] = np.where(
+        table["extra_work"] == 0, table["no_go"] + table["go"], table["no_go"]
+    )
+    return table
 
 
 def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
-    """Rates and effects per condition, the false-positive rate and the noise floor."""
-    import numpy as np
-
+    """Rates (with Wilson CIs) and effects per condition, the false-positive rate, the
+    smallest effect detected and the smallest resolved in >= 80 % of trials."""
+    table = condition_table(trials)
     conditions = []
-    for name in dict.fromkeys(t.condition for t in sorted(trials, key=lambda t: t.extra_work)):
-        ts = [t for t in trials if t.condition == name]
-        k = ts[0].extra_work
-        pooled = [x for t in ts for x in t.log_ratios]
-        effect = 100 * (1 / math.exp(float(np.median(pooled))) - 1) if pooled else math.nan
-        slower = sum(t.verdict == st.NO_GO for t in ts)
-        faster = sum(t.verdict == st.GO for t in ts)
-        significant = sum(t.p_value < ALPHA for t in ts)
-        hits = slower + faster if k == 0 else slower
-        low, high = wilson_ci(hits, len(ts))
+    for r in table.to_dict("records"):
+        n = int(r["trials"])
+        det, res = _rate(int(r["detected"]), n), _rate(int(r["resolved"]), n)
         conditions.append(
             {
-                "condition": name,
-                "extra_work": k,
-                "trials": len(ts),
-                "effect_pct": round(effect, 3),
-                "research_effect_pct": RESEARCH_EFFECT_PCT.get(k),
-                "no_go": slower,
-                "go": faster,
-                "significant": significant,
-                # A/A: how often the verdict was not NEUTRAL; K>0: how often it was NO-GO
-                "rate": hits / len(ts),
-                "rate_ci95": [round(low, 3), round(high, 3)],
-                "pairs": len(pooled),
-                "failed_samples": sum(t.failed for t in ts),
+                "condition": r["condition"],
+                "extra_work": float(r["extra_work"]),
+                "trials": n,
+                "pairs": int(r["pairs"]),
+                "effect_pct": round(float(r["effect_pct"]), 3),
+                "no_go": int(r["no_go"]),
+                "go": int(r["go"]),
+                "significant": int(r["significant"]),
+                "detection_rate": det["rate"],
+                "detection_ci95": [round(x, 3) for x in det["ci95"]],
+                "resolution_rate": res["rate"],
+                "resolution_ci95": [round(x, 3) for x in res["ci95"]],
+                "failed_samples": int(r["failed_samples"]),
             }
         )
     aa = next((c for c in conditions if c["extra_work"] == 0), None)
     aa_logs = [x for t in trials if t.extra_work == 0 for x in t.log_ratios]
     sigma = robust_sd(aa_logs)
-    detected = sorted(
-        (c for c in conditions if c["extra_work"] > 0 and c["rate"] >= POWER),
-        key=lambda c: c["effect_pct"],
-    )
     return {
-        "false_positive_rate": aa["rate"] if aa else None,
-        "false_positive_ci95": aa["rate_ci95"] if aa else None,
-        "mde_pct": round(mde_pct(sigma, runs), 3) if not math.isnan(sigma) else None,
-        "mde_empirical_pct": detected[0]["effect_pct"] if detected else None,
+        "format": FORMAT,
+        "false_positive_rate": aa["detection_rate"] if aa else None,
+        "false_positive_ci95": aa["detection_ci95"] if aa else None,
+        "smallest_detected_pct": smallest_effect(conditions, "detection_rate"),
+        "noise_floor_pct": smallest_effect(conditions, "resolution_rate"),
         "noise_log_sd": round(sigma, 6) if not math.isnan(sigma) else None,
         "runs": runs,
         "threshold_pct": threshold_pct,
@@ -215,13 +249,79 @@ def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
     }
 
 
+def smallest_effect(conditions: Sequence[dict], rate: str) -> float | None:
+    """The smallest injected effect whose ``rate`` reached ``POWER`` (80 %), or None."""
+    hit = [c["effect_pct"] for c in conditions if c["extra_work"] > 0 and c[rate] >= POWER]
+    return min(hit) if hit else None
+
+
+# ---- the machine a calibration belongs to ----
+
+
+def _mem_total_gib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def machine() -> dict:
     return {
         "hostname": platform.node(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "mem_gib": _mem_total_gib(),
         "kernel": platform.release(),
     }
+
+
+def fingerprint(m: dict | None = None) -> str:
+    """12 hex digits naming a machine: host name, CPU model and count, memory. (Not the
+    kernel: this VM's kernel build string changes from boot to boot.)"""
+    m = m or machine()
+    key = json.dumps([m.get(k) for k in ("hostname", "cpu", "cpu_count", "mem_gib")])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def machine_path(fp: str | None = None) -> Path:
+    """This machine's latest calibration (results/runs is git-ignored)."""
+    return paths.results_dir() / "runs" / "calibration" / (fp or fingerprint()) / "latest.json"
+
+
+def reference_path() -> Path:
+    """The lab machine's calibration, committed with the repository."""
+    return paths.results_dir() / "calibration" / "latest.json"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    data: dict
+    path: Path
+    own: bool  # measured on this machine (else the committed reference)
+
+    def describe(self) -> str:
+        host = (self.data.get("machine") or {}).get("hostname", "?")
+        date = str(self.data.get("date", "?"))[:10]
+        whose = "this machine's" if self.own else f"the lab machine's reference ({host})"
+        return (
+            f"{whose} calibration of {date}: {self.data.get('runs')} pairs x "
+            f"{self.data.get('trials')} trials ({self.path})"
+        )
+
+
+def load_calibration() -> Calibration | None:
+    """This machine's calibration, else the committed reference, else None. A corrupt file
+    is bad input (exit 2) naming it."""
+    for path, own in ((machine_path(), True), (reference_path(), False)):
+        if path.exists():
+            return Calibration(read_json(path), path, own)
+    return None
+
+
+# ---- a whole calibration ----
 
 
 def plan(extra_work: Sequence[float], trials: int, seed: int) -> list[tuple[float, int]]:
@@ -249,24 +349,32 @@ def calibrate(
     perf: bool = False,
     on_trial: Callable[[Trial, int, int], None] | None = None,
 ) -> tuple[dict, list[Trial]]:
-    """Run every trial and summarise; ``on_trial(trial, done, total)`` reports progress."""
+    """Run every trial and summarise; ``on_trial(trial, done, total)`` reports progress.
+
+    Ctrl-C ends the calibration after the finished trials: the summary covers them and says
+    ``"interrupted": true``.
+    """
     order = plan(extra_work, trials, seed)
     load_before = os.getloadavg()[0]
     done: list[Trial] = []
-    for n, (k, i) in enumerate(order, 1):
-        t = run_trial(
-            cell,
-            k,
-            index=i,
-            runs=runs,
-            warmup=warmup,
-            seed=seed * 100003 + n,
-            threshold_pct=threshold_pct,
-            perf=perf,
-        )
-        done.append(t)
-        if on_trial:
-            on_trial(t, n, len(order))
+    interrupted = False
+    try:
+        for n, (k, i) in enumerate(order, 1):
+            t = run_trial(
+                cell,
+                k,
+                index=i,
+                runs=runs,
+                warmup=warmup,
+                seed=seed * 100003 + n,
+                threshold_pct=threshold_pct,
+                perf=perf,
+            )
+            done.append(t)
+            if on_trial:
+                on_trial(t, n, len(order))
+    except KeyboardInterrupt:
+        interrupted = True
     result = summarize(done, runs, threshold_pct)
     result.update(
         {
@@ -275,10 +383,14 @@ def calibrate(
             "allocator": cell.allocator_label,
             "profile": cell.profile,
             "trials": trials,
+            "trials_done": len(done),
+            "trials_planned": len(order),
+            "interrupted": interrupted,
             "warmup_pairs": warmup,
             "perf_wrapped": perf,
             "seed": seed,
             "machine": machine(),
+            "fingerprint": fingerprint(),
             # the noise floor is the machine's *and* its neighbours': say how busy it was
             "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -287,20 +399,20 @@ def calibrate(
     return result, done
 
 
-def latest_path() -> Path:
-    return paths.results_dir() / "calibration" / "latest.json"
-
-
-def write_calibration(result: dict, trials: list[Trial], out: Path, meta: dict) -> Path:
-    """calibration.json, trials.json, report.md and meta.json in ``out``; latest.json copy."""
+def record_trial(out: Path, trial: Trial) -> None:
+    """Append one finished trial to ``out``/trials.jsonl (fsynced)."""
     out.mkdir(parents=True, exist_ok=True)
+    append_jsonl(out / "trials.jsonl", asdict(trial))
+
+
+def write_calibration(result: dict, out: Path, meta: dict) -> Path:
+    """calibration.json, report.md and meta.json in ``out``; a complete calibration also
+    becomes this machine's latest (never a tracked file)."""
     path = write_json(out / "calibration.json", result)
-    write_json(out / "trials.json", [asdict(t) for t in trials])
     write_json(out / "meta.json", meta)
-    (out / "report.md").write_text(report_markdown(result))
-    latest = latest_path()
-    latest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, latest)
+    write_text(out / "report.md", report_markdown(result))
+    if not result.get("interrupted"):
+        write_json(machine_path(result.get("fingerprint")), result)
     return path
 
 
@@ -308,13 +420,26 @@ def _fmt(v, spec=".2f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _pct_ci(rate: float, ci: Sequence[float]) -> str:
+    return f"{100 * rate:.0f} % ({100 * ci[0]:.0f}-{100 * ci[1]:.0f})"
+
+
 def report_markdown(c: dict) -> str:
     m = c["machine"]
     fp_low, fp_high = c["false_positive_ci95"] or (math.nan, math.nan)
     fp = c["false_positive_rate"]
     lines = [
-        f"# Calibration of `hakbench ab` on {m['hostname']}",
+        f"# Calibration of `hakbench ab` on {m['hostname']} (fingerprint {c.get('fingerprint')})",
         "",
+    ]
+    if c.get("interrupted"):
+        lines += [
+            f"**Interrupted** after {c.get('trials_done')} of {c.get('trials_planned')} "
+            "trials: the figures cover those only, "
+            "and this calibration did not become the machine's latest.",
+            "",
+        ]
+    lines += [
         f"- {c['date']}, {m['cpu']} x{m['cpu_count']}, kernel {m['kernel']}; 1-min load "
         f"average {' -> '.join(str(x) for x in c.get('load_avg_1min', []))} (start -> end)",
         f"- workload `{c['workload']}` under {c['allocator']}; {c['runs']} measured pairs "
@@ -322,57 +447,85 @@ def report_markdown(c: dict) -> str:
         f"verdict threshold {c['threshold_pct']:g} %",
         f"- **false-positive rate** (A/A not NEUTRAL): {_fmt(fp and 100 * fp, '.1f')} % "
         f"(95 % CI {_fmt(100 * fp_low, '.0f')}-{_fmt(100 * fp_high, '.0f')} %)",
-        f"- **minimum detectable effect** at {c['runs']} pairs (80 % power, alpha "
-        f"{c['alpha']:g}): {_fmt(c['mde_pct'])} %, from the A/A pair noise "
-        f"(robust SD of log B/A = {_fmt(c['noise_log_sd'], '.4f')}); the verdict also needs "
-        f"the effect to pass the threshold",
-        f"- smallest injected effect detected in >= 80 % of trials: "
-        f"{_fmt(c['mde_empirical_pct'])} %",
+        f"- **smallest injected effect detected** (NO-GO) in >= 80 % of trials: "
+        f"{_fmt(c['smallest_detected_pct'])} %",
+        f"- **noise floor** (smallest injected effect the CI and Wilcoxon legs resolve in "
+        f">= 80 % of trials, threshold aside): {_fmt(c['noise_floor_pct'])} %",
+        f"- pair noise (robust SD of log B/A in the A/A trials): {_fmt(c['noise_log_sd'], '.4f')}",
         "",
-        "| condition | effect here (paired median) | research note | trials | NO-GO | GO "
-        "| p<0.05 | rate (95 % CI) |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| condition | effect here (paired median) | trials | NO-GO | GO | p<0.05 "
+        "| detected (95 % CI) | resolved (95 % CI) |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in c["conditions"]:
-        low, high = r["rate_ci95"]
         lines.append(
-            f"| {r['condition']} | {_fmt(r['effect_pct'])} % | "
-            f"{_fmt(r['research_effect_pct'])} % | {r['trials']} | {r['no_go']} | {r['go']} | "
-            f"{r['significant']} | {100 * r['rate']:.0f} % ({100 * low:.0f}-{100 * high:.0f}) |"
+            f"| {r['condition']} | {_fmt(r['effect_pct'])} % | {r['trials']} | {r['no_go']} "
+            f"| {r['go']} | {r['significant']} "
+            f"| {_pct_ci(r['detection_rate'], r['detection_ci95'])} "
+            f"| {_pct_ci(r['resolution_rate'], r['resolution_ci95'])} |"
         )
     lines += [
         "",
-        "Rate: for A/A the share of trials with any GO/NO-GO (false positives); for K>0 the "
-        "share judged NO-GO (detections). K is the harness's `--extra-work` (side B; side A "
-        "runs K=0); its effect is measured here from all pairs of its trials.",
+        "Detected: for A/A the share of trials with any GO/NO-GO (false positives); for K>0 "
+        "the share judged NO-GO by ab's rule. Resolved: the same rule with threshold 0 (the "
+        "CI excludes 1 and Wilcoxon's p < 0.05). K is the harness's `--extra-work` (side B; "
+        "side A runs K=0); its effect is measured here from all pairs of its trials. "
+        "Intervals are Wilson 95 % intervals.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def load_latest() -> dict | None:
-    """The most recent calibration of this checkout, or None."""
-    try:
-        return json.loads(latest_path().read_text())
-    except (OSError, ValueError):
-        return None
+# ---- what ab makes of it ----
 
 
-def noise_warning(threshold_pct: float, runs: int) -> str | None:
-    """A warning when ``threshold_pct`` is below what ``runs`` pairs can detect here."""
-    cal = load_latest()
-    if not cal or not cal.get("noise_log_sd"):
+def scaled_effect_pct(effect_pct: float, cal_runs: int, runs: int) -> float:
+    """The effect that is as visible at ``runs`` pairs as ``effect_pct`` was at ``cal_runs``:
+    the CI of the median and the signed-rank statistic both narrow as 1/sqrt(pairs)."""
+    return effect_pct * math.sqrt(cal_runs / runs)
+
+
+def noise_warning(threshold_pct: float, runs: int, cal: Calibration | None = None) -> str | None:
+    """A warning when the calibration shows that ``runs`` pairs miss effects larger than
+    ``threshold_pct``: an injected effect that, scaled to ``runs`` pairs, exceeds the
+    threshold and was resolved in fewer than 80 % of trials (its whole Wilson interval below
+    80 %, so a handful of unlucky trials does not cry wolf). None otherwise."""
+    cal = cal or load_calibration()
+    if cal is None:
         return None
-    sigma = float(cal["noise_log_sd"])
-    floor = mde_pct(sigma, runs)
-    if threshold_pct >= floor:
+    c = cal.data
+    cal_runs = int(c.get("runs") or 0)
+    conditions = [x for x in c.get("conditions") or [] if x.get("extra_work", 0) > 0]
+    if not cal_runs or not conditions:
         return None
-    need = runs_needed(sigma, threshold_pct)
-    where = ""
-    host = (cal.get("machine") or {}).get("hostname")
-    if host and host != platform.node():
-        where = f" (calibrated on {host}, not this host)"
-    return (
-        f"threshold {threshold_pct:g} % is below the noise floor: {runs} pairs detect about "
-        f"{floor:.1f} % with 80 % power here{where}; use --runs {need} for {threshold_pct:g} %, "
-        f"or a threshold of at least {floor:.1f} % (calibration of {cal.get('date', '?')})"
+    missed = [
+        x
+        for x in conditions
+        if scaled_effect_pct(x["effect_pct"], cal_runs, runs) > threshold_pct
+        and x["resolution_ci95"][1] < POWER
+    ]
+    if not missed:
+        return None
+    worst = max(missed, key=lambda x: x["effect_pct"])
+    seen = f"{worst['resolution_rate'] * 100:.0f} % of {worst['trials']} trials"
+    text = (
+        f"threshold {threshold_pct:g} % is below the noise floor: an injected "
+        f"{worst['effect_pct']:.2f} % slowdown at {cal_runs} pairs (as visible as "
+        f"{scaled_effect_pct(worst['effect_pct'], cal_runs, runs):.2f} % at {runs} pairs) "
+        f"was resolved in only {seen}"
     )
+    floor = c.get("noise_floor_pct")
+    if floor:
+        need = math.ceil(cal_runs * (floor / threshold_pct) ** 2)
+        text += (
+            f"; use --runs {need} for {threshold_pct:g} %, or a threshold of at least "
+            f"{scaled_effect_pct(floor, cal_runs, runs):.1f} %"
+        )
+    return f"{text} ({cal.describe()})"
+
+
+def calibration_line() -> str:
+    """Which calibration ab's noise check used: one sentence for its report."""
+    cal = load_calibration()
+    if cal is None:
+        return "Noise check: none, no calibration here (run `hakbench calibrate`)."
+    return f"Noise check against {cal.describe()}."

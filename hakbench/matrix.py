@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import json
 import random
 import tomllib
 from collections import Counter
@@ -526,7 +525,7 @@ def run_matrix(
     propagates after the finished samples are on disk.
     """
     from hakbench.meta import collect_meta
-    from hakbench.store import RunStore
+    from hakbench.store import RunStore, read_json
 
     metric = metric or spec.metric
     if metric not in METRIC_OF:
@@ -541,7 +540,7 @@ def run_matrix(
     if resume:
         if not meta_file.exists():
             raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
-        meta = json.loads(meta_file.read_text())
+        meta = read_json(meta_file)
         _meta_cells_match(meta, cells, out_dir)
         if meta["matrix"]["metric"] != metric:
             raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
@@ -606,9 +605,9 @@ def run_matrix(
 
 def write_dir_summary(out_dir: Path) -> list[CellSummary]:
     """summary.csv of a matrix run directory from what it holds (also after an interrupt)."""
-    from hakbench.store import load_samples
+    from hakbench.store import load_samples, read_json
 
-    meta = json.loads((out_dir / "meta.json").read_text())
+    meta = read_json(out_dir / "meta.json")
     m = meta["matrix"]
     samples = (
         load_samples(out_dir / "samples.jsonl") if (out_dir / "samples.jsonl").exists() else []

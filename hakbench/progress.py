@@ -1,52 +1,69 @@
-"""A progress bar with ETA on a terminal; plain lines (every 10 %) elsewhere."""
+"""The one progress bar of every command: click's ``progressbar`` on stderr, with the ok and
+failed counts and the latest note beside its ETA.
+
+On a terminal click redraws the bar in place. Elsewhere (CI logs, pipes) click itself would
+print only the label, so the same line is printed in full at every tenth of the work and at
+every failure, which keeps a long log readable.
+"""
 
 from __future__ import annotations
 
 import sys
-import time
+
+import click
 
 
 class Progress:
-    def __init__(self, total: int, label: str = "", stream=None, width: int = 30):
+    def __init__(self, total: int, label: str = "", stream=None):
         self.total = max(total, 1)
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.done = 0
+        self.ok = 0
         self.failed = 0
-        self.start = time.monotonic()
+        self.note = ""
+        self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._last_decile = -1
+        self._last_decile = 0
+        self.bar = click.progressbar(
+            length=self.total,
+            label=label,
+            file=self.stream,
+            show_eta=True,
+            show_pos=True,
+            item_show_func=self._counts,
+        )
+        if self.tty:
+            self.bar.__enter__()
 
-    def eta_s(self) -> float | None:
-        if self.done == 0:
-            return None
-        elapsed = time.monotonic() - self.start
-        return elapsed / self.done * (self.total - self.done)
+    @property
+    def done(self) -> int:
+        return self.ok + self.failed
 
-    def line(self, note: str = "") -> str:
-        frac = self.done / self.total
-        filled = int(frac * self.width)
-        bar = "#" * filled + "-" * (self.width - filled)
-        eta = self.eta_s()
-        eta_text = f"ETA {eta:4.0f}s" if eta is not None else "ETA    ?"
-        fail = f" failed {self.failed}" if self.failed else ""
-        return f"{self.label} [{bar}] {self.done}/{self.total} {eta_text}{fail} {note}".rstrip()
+    def _counts(self, _item=None) -> str:
+        fail = f", {self.failed} failed" if self.failed else ""
+        return f"{self.ok} ok{fail} {self.note}".rstrip()
+
+    def line(self) -> str:
+        """The bar as one line: label, bar, position, ETA, counts, note."""
+        return self.bar.format_progress_line()
 
     def step(self, ok: bool = True, note: str = "") -> None:
-        self.done += 1
+        self.ok += 1 if ok else 0
         self.failed += 0 if ok else 1
+        self.note = note
         if self.tty:
-            self.stream.write("\r\x1b[K" + self.line(note))
-            self.stream.flush()
+            self.bar.update(1)
             return
+        self.bar.make_step(1)  # advance position and ETA without click's non-terminal echo
         decile = int(10 * self.done / self.total)
         if decile != self._last_decile or not ok:
             self._last_decile = decile
-            self.stream.write(self.line(note) + "\n")
-            self.stream.flush()
+            click.echo(self.line(), file=self.stream)
+
+    def phase(self, text: str) -> None:
+        """A line of its own above the bar (a new stage of the work)."""
+        if self.tty:
+            click.echo("", file=self.stream)
+        click.echo(text, file=self.stream)
 
     def close(self) -> None:
         if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+            self.bar.__exit__(None, None, None)

@@ -145,6 +145,7 @@ def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, object, bool]:
             pass
 
     timer = threading.Timer(timeout, kill_group)
+    timer.daemon = True  # Ctrl-C can land in start() itself: never let the timer hold exit
     timer.start()
     try:
         _, status, ru = os.wait4(proc.pid, 0)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-import json
 import math
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from hakbench import paths
 from hakbench.errors import MeasurementError, UsageError
 from hakbench.matrix import CellSummary, fmt, load_matrix, run_matrix, summarize
+from hakbench.store import load_samples, read_json, write_json, write_jsonl
 
 MILESTONES = (("M1", 0.5), ("M2", 0.8), ("M3", 1.0))
 # metric -> decimals in the CSV; throughput is the primary, the others sit beside it.
@@ -209,10 +209,10 @@ def load_stored(results: Path) -> tuple[list[dict], dict]:
             f"no stored scorecard samples in {d} (samples.jsonl + meta.json); "
             "run `hakbench scorecard --refresh` first"
         )
-    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line]
+    samples = load_samples(samples_file)
     if not samples:
         raise UsageError(f"{samples_file} is empty; run `hakbench scorecard --refresh`")
-    return samples, json.loads(meta_file.read_text())
+    return samples, read_json(meta_file)
 
 
 def build_scorecard(samples: list[dict], meta: dict, history: list[dict]) -> Scorecard:
@@ -401,8 +401,8 @@ def compact_sample(sample: dict) -> dict:
 
 def store_refresh(run_dir: Path, results: Path, extra_meta: dict) -> Path:
     """Copy a finished matrix run into ``results/scorecard/``, compacted."""
-    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    meta = json.loads((run_dir / "meta.json").read_text())
+    samples = load_samples(run_dir / "samples.jsonl")
+    meta = read_json(run_dir / "meta.json")
     meta.update(extra_meta)
     meta["matrix"].pop("text", None)
     meta.pop("cwd", None)
@@ -411,10 +411,8 @@ def store_refresh(run_dir: Path, results: Path, extra_meta: dict) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    with open(tmp / "samples.jsonl", "w") as f:
-        for s in samples:
-            f.write(json.dumps(compact_sample(s), sort_keys=True) + "\n")
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_jsonl(tmp / "samples.jsonl", [compact_sample(s) for s in samples])
+    write_json(tmp / "meta.json", meta)
     if d.exists():
         shutil.rmtree(d)
     tmp.rename(d)

@@ -13,7 +13,6 @@ A crash or Ctrl-C ends the run early but keeps its epochs; the run records why i
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 import shutil
@@ -35,6 +34,7 @@ from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.procenv import clean_env
 from hakbench.profiles import resolve_workload
+from hakbench.store import write_json
 
 SOAK_PROGRAM = "bench_soak"
 EPOCH_COLUMNS = (
@@ -617,7 +617,7 @@ def write_results(session: SoakSession) -> dict:
         "skipped": session.skipped,
         "runs": [run_figures(r, plan.warmup_epochs, plan.thresholds) for r in session.runs],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / "summary.json", summary)
     meta = collect_meta(
         session.command,
         kind="soak",
@@ -627,7 +627,7 @@ def write_results(session: SoakSession) -> dict:
         profiles={t.profile: t.env for t in plan.targets if t.profile},
         options_validated=paths.options_binary().exists(),
     )
-    (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_json(out / "meta.json", meta)
     write_report(out, summary, meta, epochs)
     return summary
 

@@ -2,6 +2,10 @@
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +15,7 @@ from hakbench import calibrate as cal
 from hakbench import paths
 from hakbench import stats as st
 from hakbench.cli import main
+from hakbench.errors import UsageError
 
 
 def synthetic_trials(rng, condition, k, slowdown_pct, sigma, trials, pairs):
@@ -35,47 +40,63 @@ def test_trial_verdicts_follow_the_ab_rule():
     assert slow.n_pairs == 30 and len(slow.log_ratios) == 30
 
 
-def test_summary_rates_effects_and_noise_floor():
+def test_summary_rates_with_wilson_intervals_and_smallest_effects():
     rng = np.random.default_rng(1)
     sigma, pairs = 0.02, 30
     trials = (
         synthetic_trials(rng, "A/A", 0.0, 0.0, sigma, 40, pairs)
+        + synthetic_trials(rng, "K=0.1", 0.1, 0.3, sigma, 20, pairs)
         + synthetic_trials(rng, "K=0.5", 0.5, 2.0, sigma, 20, pairs)
         + synthetic_trials(rng, "K=1.25", 1.25, 5.0, sigma, 20, pairs)
     )
     s = cal.summarize(trials, runs=pairs, threshold_pct=1.0)
     by = {c["condition"]: c for c in s["conditions"]}
-    assert list(by) == ["A/A", "K=0.5", "K=1.25"]
+    assert list(by) == ["A/A", "K=0.1", "K=0.5", "K=1.25"]
     # Wilcoxon at alpha 0.05 plus the threshold rule: few A/A trials may pass
     assert s["false_positive_rate"] <= 0.1
     assert by["A/A"]["trials"] == 40 and by["A/A"]["pairs"] == 40 * pairs
     # the pooled paired median recovers the injected slowdown
     assert by["K=0.5"]["effect_pct"] == pytest.approx(2.0, abs=0.3)
     assert by["K=1.25"]["effect_pct"] == pytest.approx(5.0, abs=0.3)
-    assert by["K=1.25"]["rate"] == 1.0  # 5 % is far above the noise of 30 pairs
-    assert by["K=0.5"]["research_effect_pct"] == 2.26
+    # the rates are counts of trials, each with its Wilson interval around it
+    for c in by.values():
+        low, high = c["detection_ci95"]
+        assert low <= c["detection_rate"] <= high
+        assert c["detection_rate"] * c["trials"] == pytest.approx(
+            c["no_go"] + (c["go"] if c["extra_work"] == 0 else 0)
+        )
+    assert by["K=1.25"]["detection_rate"] == 1.0  # 5 % is far above the noise of 30 pairs
+    # 0.3 % is under the 1 % threshold: rarely detected, and too small for 30 pairs to resolve
+    assert by["K=0.1"]["detection_rate"] <= 0.1 and by["K=0.1"]["resolution_rate"] < 0.8
+    # resolution ignores the threshold, so it is never below detection
+    assert all(c["resolution_rate"] >= c["detection_rate"] for c in by.values() if c["extra_work"])
+    assert s["smallest_detected_pct"] == by["K=0.5"]["effect_pct"]
+    assert s["noise_floor_pct"] == by["K=0.5"]["effect_pct"]
     # the noise estimate is the per-pair log-ratio SD (the modes cancel within a pair)
     assert s["noise_log_sd"] == pytest.approx(sigma, rel=0.15)
-    assert s["mde_pct"] == pytest.approx(cal.mde_pct(s["noise_log_sd"], pairs), abs=1e-3)
-    # 2 % is above the floor (~1.1 %), so the smallest effect found in >= 80 % of trials is it
-    assert s["mde_pct"] < 2.0 and by["K=0.5"]["rate"] >= 0.8
-    assert s["mde_empirical_pct"] == by["K=0.5"]["effect_pct"]
 
 
-def test_mde_and_runs_needed_are_inverse():
-    sigma = 0.05
-    for n in (10, 30, 60, 200):
-        mde = cal.mde_pct(sigma, n)
-        assert cal.runs_needed(sigma, mde) in (n, n + 1)
-    assert cal.mde_pct(sigma, 120) == pytest.approx(cal.mde_pct(sigma, 30) / 2, rel=0.02)
-    assert math.isnan(cal.mde_pct(float("nan"), 30))
-    assert cal.runs_needed(sigma, 0) is None
+def test_condition_table_is_a_dataframe_of_trials():
+    rng = np.random.default_rng(3)
+    trials = synthetic_trials(rng, "A/A", 0.0, 0.0, 0.01, 3, 12) + synthetic_trials(
+        rng, "K=2", 2.0, 8.0, 0.01, 2, 12
+    )
+    table = cal.condition_table(trials)
+    assert list(table["condition"]) == ["A/A", "K=2"]
+    assert list(table["trials"]) == [3, 2] and list(table["pairs"]) == [36, 24]
+    assert list(table["detected"]) == [0, 2]
 
 
 def test_wilson_ci_matches_the_research_note():
-    low, high = cal.wilson_ci(1, 30)  # note: 1/30 = 3.3 % (95 % CI 0.6-17)
+    low, high = cal.wilson_ci(1, 30)  # 1/30 = 3.3 % (95 % CI 0.6-17), docs/measuring.md
     assert (round(100 * low, 1), round(100 * high)) == (0.6, 17)
     assert cal.wilson_ci(0, 0)[0] != cal.wilson_ci(0, 0)[0]  # nan
+
+
+def test_calibrate_defaults_to_abs_pair_count():
+    from hakbench.ab import DEFAULT_PAIRS
+
+    assert cal.DEFAULT_RUNS == DEFAULT_PAIRS
 
 
 def test_plan_interleaves_conditions_in_blocks():
@@ -95,18 +116,84 @@ def scratch_root(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_noise_warning_suggests_a_run_count(scratch_root):
-    assert cal.load_latest() is None
-    assert cal.noise_warning(1.0, 30) is None  # never calibrated: nothing to say
-    latest = cal.latest_path()
-    latest.parent.mkdir(parents=True)
-    latest.write_text(json.dumps({"noise_log_sd": 0.05, "date": "2026-11-22T12:00:00+00:00"}))
-    floor_30 = cal.mde_pct(0.05, 30)
-    warning = cal.noise_warning(1.0, 30)
-    assert warning and f"{floor_30:.1f} %" in warning
-    assert f"--runs {cal.runs_needed(0.05, 1.0)}" in warning
-    assert cal.noise_warning(floor_30 + 0.1, 30) is None  # threshold above the floor
-    assert cal.noise_warning(1.0, cal.runs_needed(0.05, 1.0)) is None
+def calibration(conditions, runs=100, floor=None):
+    return cal.Calibration(
+        {
+            "runs": runs,
+            "trials": 10,
+            "date": "2026-11-23",
+            "conditions": conditions,
+            "noise_floor_pct": floor,
+            "machine": {"hostname": "lab"},
+        },
+        cal.reference_path(),
+        own=False,
+    )
+
+
+def condition(k, effect, hits, trials=10):
+    rate = hits / trials
+    return {
+        "extra_work": k,
+        "effect_pct": effect,
+        "trials": trials,
+        "resolution_rate": rate,
+        "resolution_ci95": list(cal.wilson_ci(hits, trials)),
+    }
+
+
+def test_noise_warning_only_when_larger_effects_are_missed(scratch_root):
+    assert cal.load_calibration() is None
+    assert cal.noise_warning(1.0, 100) is None  # never calibrated: nothing to say
+    # a quiet machine: 0.5 % is often missed, but it is below the threshold; 1 % and 2 % seen
+    quiet = calibration(
+        [condition(0.125, 0.5, 4), condition(0.25, 1.0, 10), condition(0.5, 2.0, 10)], floor=1.0
+    )
+    assert cal.noise_warning(1.0, 100, quiet) is None  # ab's defaults do not warn
+    # at 20 pairs the 0.5 % slowdown is as visible as 1.1 %: above a 1 % threshold, and missed
+    w = cal.noise_warning(1.0, 20, quiet)
+    assert w and "0.50 % slowdown at 100 pairs" in w and "as visible as 1.12 % at 20 pairs" in w
+    assert "--runs 100 for 1 %" in w and "at least 2.2 %" in w
+    assert "the lab machine's reference (lab) calibration of 2026-11-23" in w
+    # a noisy machine: 2 % resolved 3 times in 10 (Wilson interval below 80 %) warns at 100
+    noisy = calibration(
+        [condition(0.25, 1.0, 1), condition(0.5, 2.0, 3), condition(1.25, 5.0, 10)], floor=5.0
+    )
+    w = cal.noise_warning(1.0, 100, noisy)
+    assert w and "2.00 % slowdown" in w and "30 % of 10 trials" in w and "--runs 2500" in w
+    assert cal.noise_warning(6.0, 100, noisy) is None  # a threshold above the missed effects
+    # 7 of 10 is short of 80 %, but its interval reaches it: not evidence enough to warn
+    unsure = calibration([condition(0.5, 2.0, 7)])
+    assert cal.noise_warning(1.0, 100, unsure) is None
+
+
+def test_the_committed_reference_does_not_warn_about_abs_defaults(scratch_root, repo_root):
+    ref = cal.Calibration(
+        json.loads((repo_root / cal.reference_path().relative_to(scratch_root)).read_text()),
+        cal.reference_path(),
+        own=False,
+    )
+    assert ref.data["format"] == cal.FORMAT
+    assert cal.noise_warning(st.DEFAULT_THRESHOLD_PCT, cal.DEFAULT_RUNS, ref) is None
+
+
+def test_own_machine_calibration_wins_over_the_reference(scratch_root):
+    ref = cal.reference_path()
+    ref.parent.mkdir(parents=True)
+    ref.write_text(
+        json.dumps({"runs": 30, "trials": 12, "date": "2026-11-22", "machine": {"hostname": "lab"}})
+    )
+    assert "the lab machine's reference (lab)" in cal.calibration_line()
+    own = cal.machine_path()
+    assert "runs/calibration" in str(own) and cal.fingerprint() in str(own)
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps({"runs": 100, "trials": 10, "date": "2026-11-23"}))
+    assert cal.load_calibration().own
+    assert (
+        "this machine's calibration of 2026-11-23: 100 pairs x 10 trials" in cal.calibration_line()
+    )
+    assert cal.fingerprint() == cal.fingerprint(cal.machine())
+    assert cal.fingerprint({**cal.machine(), "cpu_count": 64}) != cal.fingerprint()
 
 
 def test_calibrate_command_end_to_end(scratch_root):
@@ -119,20 +206,59 @@ def test_calibrate_command_end_to_end(scratch_root):
     c = json.loads((out / "calibration.json").read_text())
     for key in (
         "false_positive_rate",
-        "mde_pct",
+        "smallest_detected_pct",
+        "noise_floor_pct",
         "runs",
         "workload",
         "machine",
+        "fingerprint",
         "date",
         "load_avg_1min",
     ):
         assert key in c, key
     assert c["runs"] == 6 and c["workload"] == "mixed" and c["trials"] == 1
+    assert not c["interrupted"] and c["trials_done"] == 2
     assert set(c["machine"]) >= {"hostname", "cpu", "kernel"}
     assert [x["condition"] for x in c["conditions"]] == ["A/A", "K=2.5"]
     assert all(x["pairs"] == 6 for x in c["conditions"])  # every sample succeeded
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 2
     assert (out / "report.md").read_text().startswith("# Calibration")
-    assert cal.load_latest() == c  # ab reads this copy
+    # the machine's own copy, where ab reads it; nothing tracked is written
+    used = cal.load_calibration()
+    assert used.own and used.data == c and used.path == cal.machine_path()
+    assert not cal.reference_path().exists()
+
+
+def test_ctrl_c_keeps_the_finished_trials_and_exits_130(scratch_root):
+    if not paths.bench_binary("bench_random_mixed").exists():
+        pytest.skip("harness not built")
+    out = scratch_root / "cal"
+    argv = [sys.executable, "-m", "hakbench", "calibrate", "-a", "system", "--runs", "6"]
+    argv += ["--warmup", "0", "--trials", "50", "-k", "2.5", "--out", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trials = out / "trials.jsonl"
+    deadline = time.monotonic() + 60
+    while not (trials.exists() and trials.read_text().count("\n") >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    c = json.loads((out / "calibration.json").read_text())
+    kept = len(trials.read_text().splitlines())
+    assert c["interrupted"] and 1 <= c["trials_done"] == kept < 100
+    assert "**Interrupted**" in (out / "report.md").read_text()
+    assert not cal.machine_path().exists()  # a partial calibration is not the machine's
+
+
+def test_corrupt_trials_line_is_named(tmp_path):
+    from hakbench.store import read_jsonl
+
+    f = tmp_path / "trials.jsonl"
+    f.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')
+    with pytest.raises(UsageError, match=r"trials.jsonl:2: corrupt JSON line"):
+        read_jsonl(f)
 
 
 def test_calibrate_rejects_a_workload_without_extra_work(scratch_root):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -12,55 +11,35 @@ import click
 from hakbench import soak
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
 from hakbench.meta import command_line
+from hakbench.progress import Progress
 from hakbench.report.soak import verdict_lines
 
 
-class _Progress:
-    """One status line on stderr: ``\\r``-rewritten on a terminal, plain lines otherwise
-    (the first epoch, then at most one every 30 s, so a CI log of an hour's soak stays readable)."""
-
-    PLAIN_EVERY_S = 30.0
+class _SoakProgress:
+    """One bar per soak process (epochs), a plain line for each other phase."""
 
     def __init__(self, plan: soak.SoakPlan):
         self.plan = plan
-        self.tty = sys.stderr.isatty()
-        self.started = time.monotonic()
-        self.last_plain = -self.PLAIN_EVERY_S  # the first epoch is always shown
-        self.open_line = False
+        self.bar: Progress | None = None
 
     def phase(self, text: str) -> None:
         self.finish()
-        click.echo(f"hakbench soak: {text}", err=True)
-        self.started = time.monotonic()
-        self.last_plain = -self.PLAIN_EVERY_S
+        if text.startswith("soak "):
+            self.bar = Progress(self.plan.epochs, f"hakbench {text}")
+        else:
+            click.echo(f"hakbench soak: {text}", err=True)
 
     def epoch(self, run: soak.SoakRun, row: dict) -> None:
-        elapsed = time.monotonic() - self.started
+        if self.bar is None:
+            return
         rss_kb = soak.epoch_rss_kb(row)
         rss = "?" if rss_kb is None else f"{rss_kb / 1024:.1f} MiB"
-        line = (
-            f"  {run.target.label}: {_clock(elapsed)} / {_clock(self.plan.duration_s)}  "
-            f"epoch {row['epoch']}/{self.plan.epochs}  RSS {rss}  "
-            f"ops/s {row['ops_s'] / 1e6:.2f}M"
-        )
-        if self.tty:
-            click.echo("\r" + line + "\x1b[K", err=True, nl=False)
-            self.open_line = True
-        elif elapsed - self.last_plain >= self.PLAIN_EVERY_S or row["epoch"] == self.plan.epochs:
-            click.echo(line, err=True)
-            self.last_plain = elapsed
+        self.bar.step(True, f"RSS {rss}, {row['ops_s'] / 1e6:.2f}M ops/s")
 
     def finish(self) -> None:
-        """End a ``\\r``-rewritten line so the next output starts on its own line."""
-        if self.open_line:
-            click.echo("", err=True)
-            self.open_line = False
-
-
-def _clock(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def _pct_option(value: float, name: str) -> float:
@@ -168,7 +147,7 @@ def soak_command(
         workload=workload,
     )
     out = out_dir or soak.default_out_dir()
-    progress = _Progress(plan)
+    progress = _SoakProgress(plan)
     session = soak.run_soak(
         plan,
         out,

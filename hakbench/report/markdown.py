@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from hakbench.calibrate import calibration_line
 from hakbench.instructions import BLIND_SPOTS
 from hakbench.metrics import METRICS, PERF_SOURCED
 from hakbench.stats import ALPHA, RULE
@@ -143,6 +144,8 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         ]
     if result.noise_warning:
         lines += [f"**Noise floor**: {result.noise_warning}.", ""]
+    if spec.metric == "throughput":
+        lines += [calibration_line(), ""]
     if result.interrupted:
         lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
     design = (
