@@ -2,8 +2,8 @@
 failed counts and the latest note beside its ETA.
 
 On a terminal click redraws the bar in place. Elsewhere (CI logs, pipes) click itself would
-print only the label, so the same line is printed in full at every tenth of the work and at
-every failure, which keeps a long log readable.
+print only the label, so the same line is printed in full after the first step, at every
+tenth of the work and at every failure, which keeps a long log readable.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Progress:
             return
         self.bar.make_step(1)  # advance position and ETA without click's non-terminal echo
         decile = int(10 * self.done / self.total)
-        if decile != self._last_decile or not ok:
+        if decile != self._last_decile or not ok or self.done == 1:
             self._last_decile = decile
             click.echo(self.line(), file=self.stream)
 

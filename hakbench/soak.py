@@ -125,9 +125,13 @@ class SoakTarget:
 
 @dataclass(frozen=True)
 class Thresholds:
-    rss_drift_pct: float = 5.0  # RSS drift must stay <= this
-    ops_drift_pct: float = -5.0  # ops/s drift must stay >= this
+    """The budgets a soak is judged against. Trends are per hour, so the same leak fails a
+    short soak and a long one alike."""
+
+    rss_pct_per_h: float = 5.0  # RSS may grow at most this fast
+    ops_pct_per_h: float = 5.0  # ops/s may decline at most this fast
     cv_pct: float = 2.0  # ops/s CV across epochs must stay <= this
+    syscalls_per_kop: float = 1.0  # mmap+munmap+madvise+brk+mremap per 1000 ops
 
 
 @dataclass(frozen=True)
@@ -491,16 +495,39 @@ def epoch_rss_kb(row: dict) -> int | None:
     return row["rss_kb"] if row["rss_kb"] is not None else row.get("harness_rss_kb")
 
 
+def steady_frame(run: SoakRun, warmup_epochs: int):
+    """The epochs after warm-up as a DataFrame, ``rss`` being ``epoch_rss_kb``."""
+    import pandas as pd
+
+    df = pd.DataFrame(run.epochs[warmup_epochs:], columns=list(EPOCH_COLUMNS))
+    df["rss"] = df["rss_kb"].fillna(df["harness_rss_kb"]).astype(float)
+    df["ops_s"] = df["ops_s"].astype(float)
+    return df
+
+
+def judged_budget(rows: Sequence[dict]) -> dict | None:
+    """The syscall-budget row a verdict is based on: libhakmem's own counters over the
+    whole soak when there are any, else the strace pass."""
+    usable = [b for b in rows if b.get("syscalls_per_op") is not None]
+    counters = [b for b in usable if "SS_OS_STATS" in b["source"]]
+    return (counters or usable or [None])[0]
+
+
 def run_figures(run: SoakRun, warmup_epochs: int, thresholds: Thresholds) -> dict:
-    """Drift, slope, CV and their verdicts over the epochs after warm-up."""
-    steady = run.epochs[warmup_epochs:]
-    rss = [(e["t"], epoch_rss_kb(e)) for e in steady if epoch_rss_kb(e) is not None]
-    ops_s = [e["ops_s"] for e in steady if e["ops_s"] is not None]
-    rss_drift = soakstats.drift_pct([v for _, v in rss])
-    ops_drift = soakstats.drift_pct(ops_s)
+    """Trends (%/h, with 95 % CIs), drift, CV, the syscall budget and their verdicts over
+    the epochs after warm-up."""
+    df = steady_frame(run, warmup_epochs)
+    rss_df = df.dropna(subset=["t", "rss"])
+    ops_df = df.dropna(subset=["t", "ops_s"])
+    rss, rss_t = rss_df["rss"].tolist(), rss_df["t"].tolist()
+    ops_s, ops_t = ops_df["ops_s"].tolist(), ops_df["t"].tolist()
+    rss_trend = soakstats.trend_pct_per_hour(rss_t, rss)
+    ops_trend = soakstats.trend_pct_per_hour(ops_t, ops_s)
     cv = soakstats.cv_pct(ops_s)
     hwm = [e["hwm_kb"] for e in run.epochs if e["hwm_kb"] is not None]
     last = run.epochs[-1] if run.epochs else {}
+    budget = judged_budget(run.syscall_budget)
+    per_kop = 1000 * budget["syscalls_per_op"] if budget else None
     return {
         "label": run.target.label,
         "allocator": run.target.allocator.label,
@@ -508,30 +535,49 @@ def run_figures(run: SoakRun, warmup_epochs: int, thresholds: Thresholds) -> dic
         "status": run.status,
         "cause": run.cause,
         "epochs": len(run.epochs),
-        "steady_epochs": len(steady),
-        "window_epochs": soakstats.edge_window(len(steady)) if steady else 0,
-        "rss_first_kb": rss[0][1] if rss else None,
-        "rss_last_kb": rss[-1][1] if rss else None,
+        "steady_epochs": len(df),
+        "window_epochs": soakstats.edge_window(len(df)) if len(df) else 0,
+        "rss_first_kb": rss[0] if rss else None,
+        "rss_last_kb": rss[-1] if rss else None,
         "peak_hwm_kb": max(hwm) if hwm else None,
-        "rss_drift_pct": rss_drift,
-        "rss_slope_kib_per_h": soakstats.slope_per_hour([t for t, _ in rss], [v for _, v in rss]),
+        "rss_trend_pct_per_h": rss_trend and rss_trend["pct_per_h"],
+        "rss_trend_ci95": rss_trend and rss_trend["ci"],
+        "rss_drift_pct": soakstats.drift_pct(rss),
+        "rss_drift_pct_per_h": soakstats.drift_pct_per_hour(rss_t, rss),
+        "rss_slope_kib_per_h": soakstats.slope_per_hour(rss_t, rss),
         "ops_s_median": soakstats.median_or_none(ops_s),
-        "ops_drift_pct": ops_drift,
+        "ops_trend_pct_per_h": ops_trend and ops_trend["pct_per_h"],
+        "ops_trend_ci95": ops_trend and ops_trend["ci"],
+        "ops_drift_pct": soakstats.drift_pct(ops_s),
+        "ops_drift_pct_per_h": soakstats.drift_pct_per_hour(ops_t, ops_s),
         "ops_cv_pct": cv,
+        "syscalls_per_kop": per_kop,
+        "syscalls_source": budget["source"] if budget else None,
         "minflt": last.get("minflt"),
         "majflt": last.get("majflt"),
         "total_ops": run.total_ops,
         "wall_s": round(run.wall_s, 3),
         "verdicts": {
-            "rss_drift": soakstats.verdict(rss_drift, thresholds.rss_drift_pct, upper=True),
-            "ops_drift": soakstats.verdict(ops_drift, thresholds.ops_drift_pct, upper=False),
+            "rss_trend": soakstats.trend_verdict(rss_trend, thresholds.rss_pct_per_h, rising=True),
+            "ops_trend": soakstats.trend_verdict(ops_trend, thresholds.ops_pct_per_h, rising=False),
             "ops_cv": soakstats.verdict(cv, thresholds.cv_pct, upper=True),
+            "syscalls": soakstats.verdict(per_kop, thresholds.syscalls_per_kop, upper=True),
         },
         "syscall_budget": run.syscall_budget,
         "alloc_stats": run.alloc_stats,
         "stderr_tail": run.stderr_tail if run.status != "complete" else "",
         "argv": run.argv,
     }
+
+
+def failed_verdicts(summary: dict) -> list[str]:
+    """``label: verdict`` for every FAIL of a soak's summary."""
+    return [
+        f"{f['label']}: {name}"
+        for f in summary["runs"]
+        for name, v in f["verdicts"].items()
+        if v == "FAIL"
+    ]
 
 
 # ---- a whole soak ----

@@ -44,7 +44,7 @@ class _SoakProgress:
 
 def _pct_option(value: float, name: str) -> float:
     if value < 0:
-        raise UsageError(f"{name} takes a size in percent, got {value:g}")
+        raise UsageError(f"{name} takes a budget >= 0, got {value:g}")
     return value
 
 
@@ -91,16 +91,28 @@ def _pct_option(value: float, name: str) -> float:
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), help="[default: results/runs/<ts>-soak]"
 )
-@click.option("--threshold-rss-drift", default=5.0, show_default=True, help="Max RSS drift, %.")
-@click.option("--threshold-ops-drift", default=5.0, show_default=True, help="Max ops/s decline, %.")
-@click.option("--threshold-cv", default=2.0, show_default=True, help="Max ops/s CV, %.")
 @click.option(
-    "--fail-on",
-    type=click.Choice(["never", "fail"]),
-    default="never",
+    "--rss-budget",
+    default=soak.Thresholds.rss_pct_per_h,
     show_default=True,
-    help="`fail`: exit 1 when any verdict is FAIL.",
+    help="Max RSS growth, %/h (FAIL beyond it when the trend's CI excludes 0).",
 )
+@click.option(
+    "--ops-budget",
+    default=soak.Thresholds.ops_pct_per_h,
+    show_default=True,
+    help="Max ops/s decline, %/h (same rule).",
+)
+@click.option(
+    "--cv-budget", default=soak.Thresholds.cv_pct, show_default=True, help="Max ops/s CV, %."
+)
+@click.option(
+    "--syscall-budget",
+    default=soak.Thresholds.syscalls_per_kop,
+    show_default=True,
+    help="Max mmap+munmap+madvise+brk+mremap per 1000 ops.",
+)
+@click.option("--report-only", is_flag=True, help="Exit 0 even when a verdict is FAIL.")
 def soak_command(
     profiles,
     allocators,
@@ -111,23 +123,25 @@ def soak_command(
     warmup_epochs,
     syscall_pass,
     out_dir,
-    threshold_rss_drift,
-    threshold_ops_drift,
-    threshold_cv,
-    fail_on,
+    rss_budget,
+    ops_budget,
+    cv_budget,
+    syscall_budget,
+    report_only,
 ):
-    """Soak each allocator in one long bench_soak process and report RSS and throughput
-    drift, ops/s CV and the syscall budget (report.md, epochs.csv, soak.png, meta.json).
+    """Soak each allocator in one long bench_soak process and judge its RSS and ops/s
+    trends (%/h, with 95 % CIs), ops/s CV and syscalls per op against budgets (report.md,
+    summary.json, epochs.csv, soak.png, meta.json).
 
-    Exit 0 when every soak finished (verdicts are in the report; `--fail-on fail` makes a
-    FAIL exit 1), 2 on bad input, 3 when a soak process crashed, 130 on Ctrl-C. The report
-    is written in every case.
+    Exit 0 when every verdict is PASS, 1 when one is FAIL (unless --report-only), 2 on bad
+    input, 3 when a soak process crashed, 130 on Ctrl-C. The report is written in every case.
     """
     epochs, epoch_ms = soak.plan_epochs(soak.parse_duration(duration), soak.parse_duration(epoch))
     thresholds = soak.Thresholds(
-        rss_drift_pct=_pct_option(threshold_rss_drift, "--threshold-rss-drift"),
-        ops_drift_pct=-_pct_option(threshold_ops_drift, "--threshold-ops-drift"),
-        cv_pct=_pct_option(threshold_cv, "--threshold-cv"),
+        rss_pct_per_h=_pct_option(rss_budget, "--rss-budget"),
+        ops_pct_per_h=_pct_option(ops_budget, "--ops-budget"),
+        cv_pct=_pct_option(cv_budget, "--cv-budget"),
+        syscalls_per_kop=_pct_option(syscall_budget, "--syscall-budget"),
     )
     if warmup_epochs is None:
         warmup_epochs = soak.default_warmup_epochs(epochs)
@@ -169,9 +183,9 @@ def soak_command(
     broken = [r for r in session.runs if r.status != "complete"]
     if broken:
         raise MeasurementError(f"{broken[0].target.label}: {broken[0].cause}")
-    if fail_on == "fail" and any(
-        v == "FAIL" for f in summary["runs"] for v in f["verdicts"].values()
-    ):
+    failed = soak.failed_verdicts(summary)
+    if failed and not report_only:
+        click.echo(f"hakbench soak: FAIL ({'; '.join(failed)})", err=True)
         sys.exit(EXIT_GATE)
 
 

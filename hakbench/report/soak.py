@@ -12,17 +12,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PLOT_NAME = "soak.png"
-_VERDICT_LABELS = {
-    "rss_drift": ("RSS drift", "rss_drift_pct", "rss_drift_pct", "≤"),
-    "ops_drift": ("ops/s drift", "ops_drift_pct", "ops_drift_pct", "≥"),
-    "ops_cv": ("ops/s CV", "ops_cv_pct", "cv_pct", "≤"),
-}
 
 
 def _pct(value: float | None, signed: bool = True) -> str:
     if value is None:
         return "n/a"
     return f"{value:+.1f} %" if signed else f"{value:.1f} %"
+
+
+def _per_h(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f} %/h"
 
 
 def _num(value, fmt: str = "{:,.0f}") -> str:
@@ -33,18 +32,40 @@ def _mib(kb) -> str:
     return "n/a" if kb is None else f"{kb / 1024:.1f} MiB"
 
 
+def _trend_line(name: str, fig: dict, key: str, verdict: str, budget: str) -> str:
+    if verdict == "n/a":
+        return f"{name}: n/a (too few epochs after warm-up)"
+    low, high = fig[f"{key}_trend_ci95"]
+    return (
+        f"{name}: {_per_h(fig[f'{key}_trend_pct_per_h'])} (95 % CI {low:+.1f} to {high:+.1f}) "
+        f"{verdict} (budget {budget}; edge drift {_pct(fig[f'{key}_drift_pct'])} = "
+        f"{_per_h(fig[f'{key}_drift_pct_per_h'])})"
+    )
+
+
 def verdict_lines(fig: dict, thresholds: dict) -> list[str]:
-    """``RSS drift: +0.3 % PASS (limit ≤ +5.0 %)`` for each figure of one run."""
-    lines = []
-    for key, (name, fig_key, limit_key, op) in _VERDICT_LABELS.items():
-        signed = key != "ops_cv"
-        value = _pct(fig[fig_key], signed)
-        limit = _pct(thresholds[limit_key], signed)
-        verdict = fig["verdicts"][key]
-        if verdict == "n/a":
-            lines.append(f"{name}: n/a (too few epochs after warm-up)")
-        else:
-            lines.append(f"{name}: {value} {verdict} (limit {op} {limit})")
+    """One line per verdict of one run: the figure, its CI, PASS/FAIL and the budget."""
+    v = fig["verdicts"]
+    rss_budget = f"≤ {thresholds['rss_pct_per_h']:+.1f} %/h"
+    ops_budget = f"≥ {-thresholds['ops_pct_per_h']:+.1f} %/h"
+    lines = [
+        _trend_line("RSS trend", fig, "rss", v["rss_trend"], rss_budget),
+        _trend_line("ops/s trend", fig, "ops", v["ops_trend"], ops_budget),
+    ]
+    if v["ops_cv"] == "n/a":
+        lines.append("ops/s CV: n/a (too few epochs after warm-up)")
+    else:
+        lines.append(
+            f"ops/s CV: {_pct(fig['ops_cv_pct'], False)} {v['ops_cv']} "
+            f"(limit ≤ {_pct(thresholds['cv_pct'], False)})"
+        )
+    if v["syscalls"] == "n/a":
+        lines.append("syscalls: n/a (no count taken)")
+    else:
+        lines.append(
+            f"syscalls: {fig['syscalls_per_kop']:.3g} per 1000 ops {v['syscalls']} (budget ≤ "
+            f"{thresholds['syscalls_per_kop']:g}; {fig['syscalls_source']})"
+        )
     return lines
 
 
@@ -79,18 +100,21 @@ def cv_noise_note(figures: Sequence[dict]) -> str | None:
 
 def _figures_table(figures: Sequence[dict]) -> list[str]:
     rows = [
-        "| run | status | epochs (after warm-up; window) | RSS first → last | peak HWM | RSS drift "
-        "| RSS slope | ops/s median | ops/s drift | ops/s CV | minflt | majflt |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | status | epochs (after warm-up; window) | RSS first → last | peak HWM "
+        "| RSS trend | RSS slope | ops/s median | ops/s trend | ops/s CV | syscalls/1000 ops "
+        "| minflt | majflt |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in figures:
         rows.append(
             f"| {f['label']} | {f['status']} | {f['epochs']} ({f['steady_epochs']}; "
             f"{f['window_epochs']}) "
             f"| {_mib(f['rss_first_kb'])} → {_mib(f['rss_last_kb'])} | {_mib(f['peak_hwm_kb'])} "
-            f"| {_pct(f['rss_drift_pct'])} | {_num(f['rss_slope_kib_per_h'], '{:+,.0f} KiB/h')} "
-            f"| {_num(f['ops_s_median'])} | {_pct(f['ops_drift_pct'])} "
-            f"| {_pct(f['ops_cv_pct'], False)} | {_num(f['minflt'])} | {_num(f['majflt'])} |"
+            f"| {_per_h(f['rss_trend_pct_per_h'])} "
+            f"| {_num(f['rss_slope_kib_per_h'], '{:+,.0f} KiB/h')} "
+            f"| {_num(f['ops_s_median'])} | {_per_h(f['ops_trend_pct_per_h'])} "
+            f"| {_pct(f['ops_cv_pct'], False)} | {_num(f['syscalls_per_kop'], '{:.3g}')} "
+            f"| {_num(f['minflt'])} | {_num(f['majflt'])} |"
         )
     return rows
 
@@ -152,7 +176,7 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
     if summary["leak_kb_per_s"]:
         notices.append(
             f"A leak of {summary['leak_kb_per_s']} KiB/s was injected on purpose "
-            f"(`--inject-leak`): RSS drift should FAIL."
+            f"(`--inject-leak`): the RSS trend should FAIL."
         )
     for notice in notices:
         out += ["", notice]
@@ -167,10 +191,13 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
         out += [f"Note: {note}", ""]
     out += ["## Figures", "", *_figures_table(figures), ""]
     out += [
-        f"Warm-up: the first {summary['warmup_epochs']} epoch(s) are left out. Drift compares "
-        "the median of the last 10 % of the remaining epochs with the median of the first "
-        "10 % (the window: at least one epoch); the slope is a least-squares fit over all "
-        "of them. RSS is the kernel's VmRSS read from /proc the moment each epoch line "
+        f"Warm-up: the first {summary['warmup_epochs']} epoch(s) are left out. A trend is the "
+        "least-squares slope over the remaining epochs in percent of its fitted start per "
+        "hour, with the 95 % CI of the slope (Student t); it FAILs when it goes the bad way "
+        "faster than its budget and its CI excludes zero. Per hour, the same leak fails a "
+        "short soak and a long one alike. Edge drift compares the median of the last 10 % of "
+        "the epochs with the median of the first 10 % (the window: at least one epoch). "
+        "RSS is the kernel's VmRSS read from /proc the moment each epoch line "
         "arrived; when the process had already exited (it may after its last epoch) "
         "`rss_kb` is empty in epochs.csv and the harness's own reading (`harness_rss_kb`) "
         "stands in.",
