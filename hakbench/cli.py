@@ -13,11 +13,13 @@ import sys
 import click
 
 from hakbench import __version__, meta
-from hakbench.errors import HakbenchError
+from hakbench.errors import EXIT_INTERRUPTED, HakbenchError
 
 
 class _Group(click.Group):
-    """Turn HakbenchError into one line on stderr and its exit code."""
+    """Turn HakbenchError into one line on stderr and its exit code, and a Ctrl-C that no
+    command caught (each one that writes files catches it to write what finished first)
+    into one line and exit 130, not click's "Aborted!" and exit 1."""
 
     def main(self, args=None, *a, **kw):
         meta.INVOCATION = ["hakbench", *(sys.argv[1:] if args is None else list(args))]
@@ -29,6 +31,9 @@ class _Group(click.Group):
         except HakbenchError as e:
             click.echo(f"hakbench: error: {e}", err=True)
             sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\nhakbench: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,0 +1,149 @@
+"""Every command: Ctrl-C exits 130 having written what finished; corrupt input is one line
+and exit 2. The interrupts are real SIGINTs sent to a real `hakbench` process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hakbench import paths
+from hakbench.cli import main
+
+needs_harness = pytest.mark.skipif(
+    not paths.bench_binary("bench_random_mixed").exists(), reason="harness not built"
+)
+TINY_MATRIX = """
+name = "tiny"
+runs = 400
+warmup = 0
+seed = 3
+[axes]
+allocator = ["system"]
+workload = ["mixed_short"]
+"""
+
+
+def interrupt_after_lines(argv: list[str], watched: Path, lines: int = 1, **kw):
+    """Run ``hakbench argv``; SIGINT once ``watched`` holds ``lines`` lines. -> (rc, stderr)"""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hakbench", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+    deadline = time.monotonic() + 90
+    while not (watched.exists() and watched.read_text().count("\n") >= lines):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert "Traceback" not in stderr, stderr
+    return proc.returncode, stderr
+
+
+@needs_harness
+def test_run_keeps_its_samples_and_exits_130(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "-a", "system", "-w", "mixed_short", "-n", "2000", "--out", str(out)]
+    rc, _ = interrupt_after_lines(argv, out / "samples.jsonl", 3)
+    assert rc == 130
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert 3 <= len(samples) < 2001 and all(s["status"] == "ok" for s in samples)
+
+
+@needs_harness
+def test_matrix_keeps_its_samples_and_summary_and_exits_130(tmp_path):
+    f = tmp_path / "m.toml"
+    f.write_text(TINY_MATRIX)
+    out = tmp_path / "m"
+    rc, stderr = interrupt_after_lines(
+        ["matrix", str(f), "--out", str(out)], out / "samples.jsonl", 3
+    )
+    assert rc == 130 and "--resume" in stderr
+    assert (out / "summary.csv").read_text().startswith("cell,")
+
+
+def test_a_command_without_its_own_handler_exits_130_in_one_line(monkeypatch):
+    import hakbench.commands.profiles as cmd
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cmd, "load_profiles", interrupted)
+    r = CliRunner().invoke(main, ["profiles", "list"])
+    assert r.exit_code == 130
+    assert r.output.strip() == "hakbench: interrupted" and "Aborted" not in r.output
+
+
+@needs_harness
+@pytest.mark.skipif(not paths.options_binary().exists(), reason="hakmem not built")
+def test_hotspots_exits_130(tmp_path):
+    import shutil
+
+    if shutil.which("perf") is None:
+        pytest.skip("perf not installed")
+    out = tmp_path / "hot"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hakbench", "hotspots", "-a", "system", "--scale", "2000",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "interrupted" in stderr
+
+
+# ---- corrupt input: one line, exit 2 ----
+
+
+def _one_error_line(r) -> str:
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2, r.output
+    assert len(lines) == 1 and lines[0].startswith("hakbench: error: "), r.output
+    return lines[0]
+
+
+@needs_harness
+def test_matrix_resume_of_a_corrupt_run_names_the_file_and_line(tmp_path):
+    f = tmp_path / "m.toml"
+    f.write_text(TINY_MATRIX.replace("runs = 400", "runs = 2"))
+    out = tmp_path / "m"
+    assert CliRunner().invoke(main, ["matrix", str(f), "--out", str(out)]).exit_code == 0
+    samples = out / "samples.jsonl"
+    lines = samples.read_text().splitlines(keepends=True)
+    samples.write_text(lines[0] + '{"cell": "x", "rou\n' + "".join(lines[1:]))
+    line = _one_error_line(CliRunner().invoke(main, ["matrix", str(f), "--resume", str(out)]))
+    assert f"{samples}:2: corrupt JSON line" in line
+    (out / "meta.json").write_text('{"matrix": ')
+    line = _one_error_line(CliRunner().invoke(main, ["matrix", str(f), "--resume", str(out)]))
+    assert "meta.json: corrupt JSON" in line
+
+
+def test_scorecard_of_corrupt_stored_samples_names_the_line(tmp_path):
+    stored = tmp_path / "scorecard"
+    stored.mkdir()
+    (stored / "meta.json").write_text("{}")
+    (stored / "samples.jsonl").write_text('{"seq": 0}\n{"seq": 1\n{"seq": 2}\n')
+    r = CliRunner().invoke(main, ["scorecard", "--results", str(tmp_path)])
+    assert "samples.jsonl:2: corrupt JSON line" in _one_error_line(r)
+
+
+def test_malformed_profile_toml_is_one_line(tmp_path, monkeypatch):
+    real = paths.repo_root()
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "Makefile").symlink_to(real / "Makefile")
+    (tmp_path / "profiles" / "BROKEN.toml").write_text('description = "x"\n[env\n')
+    monkeypatch.setenv("HAKBENCH_ROOT", str(tmp_path))
+    line = _one_error_line(CliRunner().invoke(main, ["profiles", "list"]))
+    assert "BROKEN.toml" in line
