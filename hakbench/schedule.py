@@ -1,18 +1,86 @@
-"""The order of an A/B: interleaved pairs, each AB or BA at random (seeded).
+"""The order every process of a measurement runs in: cells x rounds, interleaved and
+randomised, with adjacent pairing whenever a comparison is wanted.
 
-Both runs of a pair are ~2 process lengths apart, so they share the machine's speed mode;
-the random order within a pair keeps a systematic first/second-run effect out of the ratio.
-Workloads are interleaved round by round, so a slow stretch hits every workload alike.
+- **Rounds**: each round runs every cell, so a slow stretch of the machine hits every cell
+  alike; the first ``warmup`` rounds are warm-up.
+- **Random order**: the units of a round are shuffled, seeded by (seed, round), so a resumed
+  run replays the same order for the rounds it still has to run.
+- **Adjacent pairs**: a cell with a partner (ab's side A, a matrix cell's reference) runs
+  back to back with it, AB or BA at random, so both runs of a pair are about two process
+  lengths apart and share the machine's speed mode; the random order within the pair keeps
+  a first/second-run effect out of the ratio. A partner of k cells runs k times a round,
+  once beside each.
+
+``plan`` is the general form; ``ab_schedule`` is ``ab``'s (and ``calibrate``'s) view of it.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+A, B = "A", "B"
 
 
 @dataclass(frozen=True)
 class Slot:
+    """One process of a plan."""
+
+    phase: str  # "warmup" | the measuring phase
+    round: int  # 0..warmup+rounds-1, warm-up rounds first
+    cell: int  # index into the caller's cells
+    pair: int | None  # the compared cell's index when in a pair (the same for A and B)
+    side: str | None  # "A" (the partner: baseline/reference) or "B" in a pair, else None
+
+
+def _units(n_cells: int, partner: Sequence[int | None]) -> list[tuple[int, int | None]]:
+    """(cell, partner) per unit of a round: every cell with a partner is a pair; every other
+    cell runs alone unless it already runs as someone's partner."""
+    paired = [(i, p) for i, p in enumerate(partner) if p is not None and p != i]
+    busy = {i for i, _ in paired} | {p for _, p in paired}
+    alone: list[tuple[int, int | None]] = [(i, None) for i in range(n_cells) if i not in busy]
+    return alone + paired
+
+
+def plan(
+    n_cells: int,
+    rounds: int,
+    *,
+    seed: int,
+    warmup: int = 0,
+    partner: Sequence[int | None] | None = None,
+    phase: str = "measure",
+    salt: str = "",
+) -> list[Slot]:
+    """Every process of ``rounds`` measured rounds (after ``warmup`` ones) in run order.
+
+    ``partner[i]``: the cell that cell ``i`` is compared with (None or ``i`` itself: none).
+    ``salt`` separates plans that share a seed (e.g. a matrix's instruction-count round).
+    """
+    partner = list(partner) if partner is not None else [None] * n_cells
+    if len(partner) != n_cells:
+        raise ValueError(f"partner has {len(partner)} entries for {n_cells} cells")
+    units = _units(n_cells, partner)
+    out: list[Slot] = []
+    for r in range(warmup + rounds):
+        rng = random.Random(f"hakbench:{seed}:{salt}:{r}")
+        p = "warmup" if r < warmup else phase
+        order = list(units)
+        rng.shuffle(order)
+        for cell, other in order:
+            if other is None:
+                out.append(Slot(p, r, cell, None, None))
+                continue
+            pair = [Slot(p, r, other, cell, A), Slot(p, r, cell, cell, B)]
+            out.extend(pair if rng.random() < 0.5 else pair[::-1])
+    return out
+
+
+@dataclass(frozen=True)
+class ABSlot:
+    """One process of an A/B, as ``ab`` records it."""
+
     phase: str  # "warmup" | "measure"
     workload: str
     pair: int  # measured pairs 0..n-1; warm-up pairs are negative
@@ -20,16 +88,12 @@ class Slot:
     side: str  # "A" | "B"
 
 
-def ab_schedule(workloads: list[str], pairs: int, warmup_pairs: int, seed: int) -> list[Slot]:
-    """Every process of an A/B in run order."""
-    rng = random.Random(seed)
-    slots: list[Slot] = []
-    for r in range(warmup_pairs + pairs):
-        phase = "warmup" if r < warmup_pairs else "measure"
-        pair = r - warmup_pairs
-        order = list(workloads)
-        rng.shuffle(order)
-        for w in order:
-            sides = ["A", "B"] if rng.random() < 0.5 else ["B", "A"]
-            slots.extend(Slot(phase, w, pair, r, s) for s in sides)
-    return slots
+def ab_schedule(workloads: list[str], pairs: int, warmup_pairs: int, seed: int) -> list[ABSlot]:
+    """Every process of an A/B in run order: per workload, side B paired with side A."""
+    n = len(workloads)
+    cells = [(w, side) for w in workloads for side in (A, B)]
+    partner = [None if side == A else 2 * (i // 2) for i, (_, side) in enumerate(cells)]
+    return [
+        ABSlot(s.phase, cells[s.cell][0], s.round - warmup_pairs, s.round, s.side or A)
+        for s in plan(2 * n, pairs, seed=seed, warmup=warmup_pairs, partner=partner)
+    ]
