@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
-import random
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hakbench import schedule
 from hakbench.allocators import VARIANTS, resolve_allocator
 from hakbench.errors import MeasurementError, UsageError
 from hakbench.profiles import (
@@ -312,13 +312,6 @@ def reference_index(coords: list[dict], reference: Mapping[str, str]) -> list[in
     return out
 
 
-def round_order(n_cells: int, round_no: int, seed: int) -> list[int]:
-    """The cell order of one round: a shuffle seeded by (seed, round), so resume replays it."""
-    order = list(range(n_cells))
-    random.Random(f"hakbench-matrix:{seed}:{round_no}").shuffle(order)
-    return order
-
-
 def plan(
     n_cells: int,
     runs: int,
@@ -327,15 +320,17 @@ def plan(
     phase: str = "measure",
     instructions: bool = False,
 ) -> list[PlannedSample]:
-    """Rounds 0..warmup-1 are warm-up (discarded), then ``runs`` measured rounds; with
-    ``instructions`` one more round of instruction counts (phase "instructions", round 0:
-    a count is exact, so it needs neither warm-up nor repeats)."""
-    out = []
-    for r in range(warmup + runs):
-        p = "warmup" if r < warmup else phase
-        out.extend(PlannedSample(r, p, i) for i in round_order(n_cells, r, seed))
+    """Rounds 0..warmup-1 are warm-up (discarded), then ``runs`` measured rounds, each in a
+    seeded shuffle (hakbench.schedule); with ``instructions`` one more round of instruction
+    counts (phase "instructions", round 0: a count is exact, so it needs neither warm-up
+    nor repeats)."""
+    out = [
+        PlannedSample(s.round, s.phase, s.cell)
+        for s in schedule.plan(n_cells, runs, seed=seed, warmup=warmup, phase=phase)
+    ]
     if instructions:
-        out.extend(PlannedSample(0, "instructions", i) for i in round_order(n_cells, -1, seed))
+        counts = schedule.plan(n_cells, 1, seed=seed, phase="instructions", salt="instructions")
+        out.extend(PlannedSample(0, s.phase, s.cell) for s in counts)
     return out
 
 
