@@ -1,8 +1,8 @@
 """Exact instruction counts per harness op: the metric for changes wall-clock cannot see.
 
-On this noisy VM a paired wall-clock A/B resolves about 2 % (research note
-ab_sensitivity_on_this_vm.md). Instruction counts are exact and repeatable, so one run per
-side decides, and an A/A gives a ratio of exactly 1. Two tools, best first:
+On this noisy VM a paired wall-clock A/B resolves about 2 % (docs/measuring.md).
+Instruction counts are exact and repeatable, so one run per side decides, and an A/A gives a
+ratio of exactly 1. Two tools, best first:
 
 - ``perf stat -e instructions:u`` where the machine exposes hardware counters (keeps real
   threads and the real kernel; counts user-space instructions only);

@@ -1,7 +1,7 @@
 """Statistics for paired A/B runs: ratios, a distribution-free CI, Wilcoxon, Holm, verdicts.
 
 Why these: on this VM whole stretches of runs go fast or slow together (a +30 % slow mode,
-research/ab_sensitivity_on_this_vm.md), so A and B are run as interleaved pairs and judged
+docs/measuring.md), so A and B are run as interleaved pairs and judged
 on the per-pair ratio B/A, which cancels the mode both runs share. The ratios are heavy
 tailed (pairs that straddle a mode switch), so the summary is the median with an
 order-statistic confidence interval, and the test is Wilcoxon's signed-rank on log-ratios,

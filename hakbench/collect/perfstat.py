@@ -1,7 +1,6 @@
 """``perf stat -x,`` CSV: parse it, and probe which events this machine supports.
 
-Field order as the code emits it (tools/perf/util/stat-display.c; see
-shared/research/toolkit_anchors.md §c.2): value, unit, event, [noise% with -r],
+Field order as perf's tools/perf/util/stat-display.c emits it: value, unit, event, [noise% with -r],
 run time, percent running, metric value, metric unit. The value may be the literal
 ``<not supported>`` or ``<not counted>``: those are recorded as unavailable, never as 0.
 The optional noise column is found by its trailing ``%``, not by position.

@@ -43,8 +43,7 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     "extra_work",
     multiple=True,
     type=float,
-    help="injected cost K of side B (repeatable) "
-    "[default: 0.125, 0.25, 0.5 (~0.5, ~1, ~2 % on mixed)]",
+    help="injected cost K of side B (repeatable) [default: 0.25, 0.5, 1.25]",
 )
 @click.option(
     "--threshold",
