@@ -1,7 +1,7 @@
 """pyperf JSON for the two sides of an A/B, so ``python -m pyperf compare_to a.json b.json``
 and ``pyperf stats`` work on our numbers.
 
-pyperf's rules (toolkit_anchors.md §c.1): values > 0; unit second, byte or integer; and
+pyperf's rules (docs/measuring.md has the trap): values > 0; unit second, byte or integer; and
 compare_to needs equal value counts per side, or its t-test raises and the pair is silently
 called significant. So only complete pairs are exported (a pair where either side failed is
 dropped whole), and a metric is exported only when every kept pair has it > 0 on both sides.
