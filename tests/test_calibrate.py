@@ -165,6 +165,11 @@ def test_noise_warning_only_when_larger_effects_are_missed(scratch_root):
     # 7 of 10 is short of 80 %, but its interval reaches it: not evidence enough to warn
     unsure = calibration([condition(0.5, 2.0, 7)])
     assert cal.noise_warning(1.0, 100, unsure) is None
+    # nothing resolved at all (a busy machine): the warning says so instead of a pair count
+    busy = calibration([condition(0.5, 1.1, 0), condition(1.25, 3.0, 2)])
+    w = cal.noise_warning(1.0, 100, busy)
+    assert "3.00 % slowdown at 100 pairs was resolved in only 20 % of 10 trials" in w
+    assert "no injected effect was resolved" in w and "--runs" not in w
 
 
 def test_the_committed_reference_does_not_warn_about_abs_defaults(scratch_root, repo_root):
