@@ -71,6 +71,31 @@ def test_matrix_keeps_its_samples_and_summary_and_exits_130(tmp_path):
     assert (out / "summary.csv").read_text().startswith("cell,")
 
 
+@needs_harness
+def test_scorecard_refresh_leaves_the_stored_scorecard_and_exits_130(tmp_path):
+    f = tmp_path / "m.toml"
+    f.write_text(TINY_MATRIX.replace("[axes]", 'reference = { allocator = "system" }\n[axes]'))
+    results = tmp_path / "results"
+    argv = ["scorecard", "--refresh", "--matrix", str(f), "--results", str(results)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hakbench", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while not any(p.read_text().count("\n") >= 2 for p in results.glob("runs/*/samples.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "stored scorecard was left as it was" in stderr
+    assert not (results / "scorecard").exists()
+    [run] = results.glob("runs/*/samples.jsonl")
+    assert len(run.read_text().splitlines()) >= 2  # the finished samples are kept
+
+
 def test_a_command_without_its_own_handler_exits_130_in_one_line(monkeypatch):
     import hakbench.commands.profiles as cmd
 
