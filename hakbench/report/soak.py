@@ -52,20 +52,18 @@ def verdict_lines(fig: dict, thresholds: dict) -> list[str]:
         _trend_line("RSS trend", fig, "rss", v["rss_trend"], rss_budget),
         _trend_line("ops/s trend", fig, "ops", v["ops_trend"], ops_budget),
     ]
-    if v["ops_cv"] == "n/a":
-        lines.append("ops/s CV: n/a (too few epochs after warm-up)")
-    else:
-        lines.append(
-            f"ops/s CV: {_pct(fig['ops_cv_pct'], False)} {v['ops_cv']} "
-            f"(limit ≤ {_pct(thresholds['cv_pct'], False)})"
-        )
-    if v["syscalls"] == "n/a":
-        lines.append("syscalls: n/a (no count taken)")
-    else:
-        lines.append(
-            f"syscalls: {fig['syscalls_per_kop']:.3g} per 1000 ops {v['syscalls']} (budget ≤ "
-            f"{thresholds['syscalls_per_kop']:g}; {fig['syscalls_source']})"
-        )
+    lines.append(
+        "ops/s CV: n/a (too few epochs after warm-up)"
+        if v["ops_cv"] == "n/a"
+        else f"ops/s CV: {_pct(fig['ops_cv_pct'], False)} {v['ops_cv']} "
+        f"(limit ≤ {_pct(thresholds['cv_pct'], False)})"
+    )
+    lines.append(
+        "syscalls: n/a (no count taken)"
+        if v["syscalls"] == "n/a"
+        else f"syscalls: {fig['syscalls_per_kop']:.3g} per 1000 ops {v['syscalls']} "
+        f"(budget ≤ {thresholds['syscalls_per_kop']:g}; {fig['syscalls_source']})"
+    )
     return lines
 
 
