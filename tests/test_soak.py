@@ -313,6 +313,11 @@ def test_injected_leak_is_reported_as_rss_drift_fail(tmp_path):
     assert fig["rss_drift_pct"] > 50 and fig["rss_slope_kib_per_h"] > 3600 * 1024
     report = (out / "report.md").read_text()
     assert "RSS trend: +" in report and "FAIL" in report and "injected on purpose" in report
+    r = hakbench(
+        "soak", "--allocator", "system", *SHORT_SOAK, "--inject-leak", "4096",
+        "--syscall-pass", "0", "--out", str(tmp_path / "reported"), "--report-only",
+    )  # fmt: skip
+    assert r.exit_code == 0 and "FAIL" in r.output  # --report-only: the same FAIL, exit 0
 
 
 @needs_bench_soak
