@@ -38,6 +38,7 @@ from statistics import NormalDist
 from hakbench import paths
 from hakbench import stats as st
 from hakbench.meta import cpu_model
+from hakbench.pyperf_export import complete_pairs
 from hakbench.runner import run_sample
 from hakbench.schedule import ab_schedule
 from hakbench.store import append_jsonl, read_json, write_json, write_text
@@ -95,19 +96,14 @@ def run_trial(
     """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``."""
     base = tuple(cell.workload.args)
     args = {"A": [*base, *extra_work_arg(0.0)], "B": [*base, *extra_work_arg(k)]}
-    values: dict[tuple[int, str], float] = {}
-    failed = 0
-    for slot in ab_schedule(["cal"], runs, warmup, seed):
+    samples = []
+    for slot in ab_schedule([cell.workload.name], runs, warmup, seed):
         s = run_sample(cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side])
-        tp = s["metrics"].get("throughput")
-        if s["status"] != "ok" or not tp:
-            failed += 1
-            continue
-        if slot.phase == "measure":
-            values[(slot.pair, slot.side)] = float(tp)
-    pairs = [p for p in range(runs) if (p, "A") in values and (p, "B") in values]
-    a = [values[(p, "A")] for p in pairs]
-    b = [values[(p, "B")] for p in pairs]
+        samples.append({**s, "side": slot.side, "pair": slot.pair})
+    failed = sum(s["status"] != "ok" for s in samples)
+    pairs = complete_pairs(samples, cell.workload.name)
+    a = [float(x["metrics"]["throughput"]) for x, _ in pairs]
+    b = [float(y["metrics"]["throughput"]) for _, y in pairs]
     return judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
 
 
