@@ -30,9 +30,8 @@ from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.progress import Progress
-from hakbench.pyperf_export import complete_pairs
 from hakbench.runner import instruction_sample, perf_usable, run_sample
-from hakbench.schedule import ab_schedule
+from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import RunStore, write_json, write_pyperf
 
 # A switch that picks a front path -> the stats group whose route_hits shows the path ran.

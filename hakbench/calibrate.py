@@ -38,9 +38,8 @@ from statistics import NormalDist
 from hakbench import paths
 from hakbench import stats as st
 from hakbench.meta import cpu_model
-from hakbench.pyperf_export import complete_pairs
 from hakbench.runner import run_sample
-from hakbench.schedule import ab_schedule
+from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import append_jsonl, read_json, write_json, write_text
 
 ALPHA = st.ALPHA
@@ -99,7 +98,7 @@ def run_trial(
     samples = []
     for slot in ab_schedule([cell.workload.name], runs, warmup, seed):
         s = run_sample(cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side])
-        samples.append({**s, "side": slot.side, "pair": slot.pair})
+        samples.append({**s, "side": slot.side, "pair": slot.pair, "round": slot.round})
     failed = sum(s["status"] != "ok" for s in samples)
     pairs = complete_pairs(samples, cell.workload.name)
     a = [float(x["metrics"]["throughput"]) for x, _ in pairs]

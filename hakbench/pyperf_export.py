@@ -11,11 +11,11 @@ compares the right way round (lower is better).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hakbench.metrics import METRICS
+from hakbench.schedule import complete_pairs
 
 if TYPE_CHECKING:
     import pyperf
@@ -35,20 +35,6 @@ def _value(metric: str, sample: dict) -> tuple[str, str, float] | None:
     if m.pyperf_unit in ("integer", "byte"):
         value = int(round(value))
     return metric, m.pyperf_unit, value
-
-
-def complete_pairs(samples: list[dict], workload: str) -> list[tuple[dict, dict]]:
-    """Measured (A, B) pairs of a workload where both sides are ok, in pair order."""
-    by_pair: dict = defaultdict(dict)
-    for s in samples:
-        if s.get("phase") == "measure" and s.get("workload") == workload and s.get("side"):
-            by_pair[s.get("pair")][s["side"]] = s
-    out = []
-    for pair in sorted(by_pair):
-        sides = by_pair[pair]
-        if all(sides.get(x, {}).get("status") == "ok" for x in ("A", "B")):
-            out.append((sides["A"], sides["B"]))
-    return out
 
 
 def suites_for_workload(samples: list[dict], workload: str) -> dict[str, pyperf.BenchmarkSuite]:

@@ -12,12 +12,14 @@ randomised, with adjacent pairing whenever a comparison is wanted.
   once beside each.
 
 ``plan`` is the general form; ``ab_schedule`` is ``ab``'s (and ``calibrate``'s) view of it.
+``complete_pairs`` puts the samples of a plan's pairs back together.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 A, B = "A", "B"
@@ -96,4 +98,33 @@ def ab_schedule(workloads: list[str], pairs: int, warmup_pairs: int, seed: int) 
     return [
         ABSlot(s.phase, cells[s.cell][0], s.round - warmup_pairs, s.round, s.side or A)
         for s in plan(2 * n, pairs, seed=seed, warmup=warmup_pairs, partner=partner)
+    ]
+
+
+def complete_pairs(
+    samples: Iterable[dict],
+    workload: str | None = None,
+    *,
+    pair: int | None = None,
+    phase: str = "measure",
+) -> list[tuple[dict, dict]]:
+    """(A, B) samples of the pairs of ``phase`` whose two sides are both ok, in run order.
+
+    Samples carry the ``round``, ``pair`` and ``side`` of their slot; a pair is the A and
+    the B of one (round, pair). ``workload`` (ab: one workload's pairs) and ``pair`` (a
+    matrix: one cell's pairs with its reference) keep only the matching samples.
+    """
+    by_pair: dict = defaultdict(dict)
+    for s in samples:
+        if s.get("phase") != phase or s.get("side") not in (A, B):
+            continue
+        if workload is not None and s.get("workload") != workload:
+            continue
+        if pair is not None and s.get("pair") != pair:
+            continue
+        by_pair[(s.get("round"), s.get("pair"))][s["side"]] = s
+    return [
+        (sides[A], sides[B])
+        for _, sides in sorted(by_pair.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))
+        if all(sides.get(x, {}).get("status") == "ok" for x in (A, B))
     ]

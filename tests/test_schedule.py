@@ -80,3 +80,28 @@ def test_ab_schedule_pairs_a_and_b_of_each_workload():
         assert a.workload == b.workload and a.pair == b.pair and {a.side, b.side} == {A, B}
     workload_orders = {tuple(s.workload for s in slots[i : i + 4 : 2]) for i in range(0, 128, 4)}
     assert workload_orders == {("hot", "mixed"), ("mixed", "hot")}
+
+
+def test_complete_pairs_puts_a_plans_pairs_back_together():
+    from hakbench.schedule import complete_pairs
+
+    # a matrix plan: cells 1 and 2 compared with reference 0, two rounds
+    slots = plan(3, 2, seed=4, partner=[None, 0, 0])
+    samples = [
+        {"phase": s.phase, "round": s.round, "pair": s.pair, "side": s.side, "cell": s.cell,
+         "status": "ok", "workload": "w"}
+        for s in slots
+    ]  # fmt: skip
+    samples[0]["status"] = "failed"  # one side of one pair failed: that pair goes
+    lost = (samples[0]["round"], samples[0]["pair"])
+    for cell in (1, 2):
+        pairs = complete_pairs(samples, pair=cell)
+        assert all(a["cell"] == 0 and b["cell"] == cell for a, b in pairs)
+        assert all(a["round"] == b["round"] for a, b in pairs)
+        assert len(pairs) == 2 - (lost[1] == cell)
+    # an A/B: pairs of one workload, in pair order, warm-up left out
+    ab = ab_schedule(["x", "y"], pairs=3, warmup_pairs=1, seed=2)
+    samples = [{**vars(s), "status": "ok"} for s in ab]
+    pairs = complete_pairs(samples, "y")
+    assert [(a["pair"], a["side"], b["side"]) for a, b in pairs] == [(p, A, B) for p in range(3)]
+    assert all(a["workload"] == "y" for a, _ in pairs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hakbench.pyperf_export import complete_pairs
+from hakbench.schedule import complete_pairs
 from hakbench.stats import median_ci, paired_ratios
 
 
