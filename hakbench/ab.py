@@ -45,7 +45,7 @@ ENGAGEMENT_GROUPS = {
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
 # while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
 # ~12-30 s. More pairs narrow the median's CI as 1/sqrt(n); 30 pairs detected 2 % in 11/15
-# trials on a quiet VM (research/ab_sensitivity_on_this_vm.md); 100 still fit in ~30 s
+# trials on a quiet VM (docs/measuring.md); 100 still fit in ~30 s
 # under load, where the CI is 2-4 times wider.
 DEFAULT_WORKLOADS = ("mixed",)
 DEFAULT_PAIRS = 100

@@ -20,7 +20,7 @@ A matrix file (``profiles/matrices/*.toml``)::
 
 Variant, profile and ``HAKMEM_*`` axes describe libhakmem only: for a reference allocator
 they collapse, so it gets one cell per workload. Why rounds: on this VM the speed drifts
-between two modes every few seconds (shared/research/ab_sensitivity_on_this_vm.md), so
+between two modes every few seconds (docs/measuring.md), so
 each round runs every cell once in a fresh seeded order, and cells are compared round by
 round rather than as one block after another.
 """
