@@ -37,6 +37,7 @@ from statistics import NormalDist
 
 from hakbench import paths
 from hakbench import stats as st
+from hakbench.errors import UsageError
 from hakbench.meta import cpu_model
 from hakbench.runner import run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
@@ -309,12 +310,24 @@ class Calibration:
         )
 
 
+CONDITION_KEYS = ("extra_work", "effect_pct", "trials", "resolution_rate", "resolution_ci95")
+
+
 def load_calibration() -> Calibration | None:
-    """This machine's calibration, else the committed reference, else None. A corrupt file
-    is bad input (exit 2) naming it."""
+    """This machine's calibration, else the committed reference, else None. A corrupt file,
+    or one without the figures the noise check reads, is bad input (exit 2) naming it."""
     for path, own in ((machine_path(), True), (reference_path(), False)):
         if path.exists():
-            return Calibration(read_json(path), path, own)
+            data = read_json(path)
+            conditions = data.get("conditions") if isinstance(data, dict) else None
+            if not isinstance(conditions, list) or not all(
+                isinstance(c, dict) and all(k in c for k in CONDITION_KEYS) for c in conditions
+            ):
+                raise UsageError(
+                    f"{path}: not a calibration this hakbench reads (each condition needs "
+                    f"{', '.join(CONDITION_KEYS)}); run `hakbench calibrate`"
+                )
+            return Calibration(data, path, own)
     return None
 
 

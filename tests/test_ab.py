@@ -173,7 +173,7 @@ def test_noise_warning_from_the_reference_calibration(lab):
     cal = lab / "results" / "calibration" / "latest.json"
     cal.parent.mkdir(parents=True)
     missed = {"extra_work": 1.25, "effect_pct": 5.0, "trials": 10, "resolution_rate": 0.1}
-    missed["resolution_ci95"] = [0.02, 0.4]
+    missed["resolution_ci95"] = [0.02, 0.4]  # the fields the noise check reads
     data = {"runs": 30, "trials": 10, "date": "2026-11-22T12:00:00+00:00", "conditions": [missed]}
     cal.write_text(json.dumps(data))
     out = lab / "noisy"

@@ -185,20 +185,23 @@ def test_the_committed_reference_does_not_warn_about_abs_defaults(scratch_root, 
 def test_own_machine_calibration_wins_over_the_reference(scratch_root):
     ref = cal.reference_path()
     ref.parent.mkdir(parents=True)
-    ref.write_text(
-        json.dumps({"runs": 30, "trials": 12, "date": "2026-11-22", "machine": {"hostname": "lab"}})
-    )
+    lab = {"runs": 30, "trials": 12, "date": "2026-11-22", "machine": {"hostname": "lab"}}
+    ref.write_text(json.dumps({**lab, "conditions": [condition(0.5, 2.0, 9)]}))
     assert "the lab machine's reference (lab)" in cal.calibration_line()
     own = cal.machine_path()
     assert "runs/calibration" in str(own) and cal.fingerprint() in str(own)
     own.parent.mkdir(parents=True)
-    own.write_text(json.dumps({"runs": 100, "trials": 10, "date": "2026-11-23"}))
+    own.write_text(json.dumps({"runs": 100, "trials": 10, "date": "2026-11-23", "conditions": []}))
     assert cal.load_calibration().own
     assert (
         "this machine's calibration of 2026-11-23: 100 pairs x 10 trials" in cal.calibration_line()
     )
     assert cal.fingerprint() == cal.fingerprint(cal.machine())
     assert cal.fingerprint({**cal.machine(), "cpu_count": 64}) != cal.fingerprint()
+    # a calibration of the old format (an analytic floor, no rates) is named, not half-read
+    own.write_text(json.dumps({"runs": 30, "noise_log_sd": 0.05, "mde_pct": 2.0}))
+    with pytest.raises(UsageError, match="not a calibration this hakbench reads"):
+        cal.load_calibration()
 
 
 def test_calibrate_command_end_to_end(scratch_root):
