@@ -24,6 +24,7 @@ CONFIDENCE = 0.95
 DEFAULT_THRESHOLD_PCT = 1.0
 
 GO, NO_GO, NEUTRAL, NOT_ENGAGED, NO_DATA = "GO", "NO-GO", "NEUTRAL", "NOT-ENGAGED", "NO-DATA"
+FAILED = "FAILED"
 
 RULE = (
     "Per pair r = B/A. Summary: median r with a distribution-free 95 % CI (order statistics "
@@ -137,6 +138,37 @@ def exact_verdict(
     if ratio <= 1 - t:
         return NO_GO if higher_is_better else GO
     return NEUTRAL
+
+
+@dataclass(frozen=True)
+class Failures:
+    """What failed on the two sides of a comparison, and what it does to the verdict."""
+
+    verdict: str | None  # FAILED, or None: judge the complete pairs (with ``note`` beside)
+    note: str  # "" when nothing failed
+
+
+def failures(a: Sequence[dict], b: Sequence[dict]) -> Failures:
+    """Judge the failed samples (any status but "ok": failed, timeout, wrong checksum,
+    wrong allocator) of the measured samples ``a`` and ``b`` of one comparison.
+
+    Survivors never decide alone: a failure on one side makes the verdict FAILED, with the
+    counts per side and the first error. Only the same failures on both sides (as many, of
+    the same statuses) leave the verdict to the complete pairs, with a note saying so.
+    """
+    bad = {
+        side: [s for s in samples if s.get("status") != "ok"]
+        for side, samples in (("A", a), ("B", b))
+    }
+    if not bad["A"] and not bad["B"]:
+        return Failures(None, "")
+    counts = f"A {len(bad['A'])}/{len(a)} failed, B {len(bad['B'])}/{len(b)} failed"
+    first = min(bad["A"] + bad["B"], key=lambda s: s.get("seq", 0))  # first in run order
+    error = first.get("error") or first.get("status")
+    kinds = {side: sorted(str(s.get("status")) for s in bad[side]) for side in bad}
+    if kinds["A"] == kinds["B"]:
+        return Failures(None, f"the same failures on both sides ({counts}; first: {error})")
+    return Failures(FAILED, f"{counts}; first: {error}")
 
 
 @dataclass

@@ -110,3 +110,30 @@ def test_exact_verdict_for_instruction_counts():
     assert st.exact_verdict(0.98, higher_is_better=False) == st.GO
     assert st.exact_verdict(1.02, higher_is_better=False) == st.NO_GO
     assert st.exact_verdict(1.005, higher_is_better=False) == st.NEUTRAL
+
+
+def _runs(n, bad=(), status="failed", error="killed by signal 6 (SIGABRT)"):
+    return [
+        {"seq": i, "status": status if i in bad else "ok", "error": error if i in bad else None}
+        for i in range(n)
+    ]
+
+
+def test_a_side_that_fails_makes_the_verdict_failed_whatever_the_survivors_say():
+    from hakbench.stats import FAILED, failures
+
+    clean = failures(_runs(30), _runs(30))
+    assert clean.verdict is None and clean.note == ""
+    # B aborts in a third of its runs: FAILED, with the counts per side and the first error
+    third = failures(_runs(30), _runs(30, bad=range(0, 30, 3)))
+    assert third.verdict == FAILED
+    assert third.note == "A 0/30 failed, B 10/30 failed; first: killed by signal 6 (SIGABRT)"
+    # a single timeout on one side is enough
+    one = failures(_runs(30, bad={7}, status="timeout", error="timed out after 120 s"), _runs(30))
+    assert one.verdict == FAILED and "A 1/30 failed, B 0/30" in one.note
+    # the same failures on both sides: judged on the complete pairs, and said so
+    both = failures(_runs(30, bad={4}), _runs(30, bad={9}))
+    assert both.verdict is None and both.note.startswith("the same failures on both sides")
+    # as many failures, but of other kinds, are not the same failure
+    mixed = failures(_runs(30, bad={4}), _runs(30, bad={9}, status="wrong_checksum"))
+    assert mixed.verdict == FAILED
