@@ -436,8 +436,8 @@ def _pct_ci(rate: float, ci: Sequence[float]) -> str:
 
 def report_markdown(c: dict) -> str:
     m = c["machine"]
-    fp_low, fp_high = c["false_positive_ci95"] or (math.nan, math.nan)
     fp = c["false_positive_rate"]
+    fp_ci = _pct_ci(fp, c["false_positive_ci95"]) if fp is not None else "-"
     lines = [
         f"# Calibration of `hakbench ab` on {m['hostname']} (fingerprint {c.get('fingerprint')})",
         "",
@@ -455,8 +455,7 @@ def report_markdown(c: dict) -> str:
         f"- workload `{c['workload']}` under {c['allocator']}; {c['runs']} measured pairs "
         f"(+{c['warmup_pairs']} warm-up) per trial, {c['trials']} trials per condition; "
         f"verdict threshold {c['threshold_pct']:g} %",
-        f"- **false-positive rate** (A/A not NEUTRAL): {_fmt(fp and 100 * fp, '.1f')} % "
-        f"(95 % CI {_fmt(100 * fp_low, '.0f')}-{_fmt(100 * fp_high, '.0f')} %)",
+        f"- **false-positive rate** (A/A not NEUTRAL): {fp_ci}",
         f"- **smallest injected effect detected** (NO-GO) in >= 80 % of trials: "
         f"{_fmt(c['smallest_detected_pct'])} %",
         f"- **noise floor** (smallest injected effect the CI and Wilcoxon legs resolve in "
