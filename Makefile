@@ -3,7 +3,8 @@
 #   make build   every allocator variant and every harness program (C only)
 #   make demo    setup + build + the main job (hakbench ab --profile BALANCED)
 #   make test    setup + build + C tests + pytest + lint + scorecard check (committed
-#                results/ must regenerate identically from results/scorecard/)
+#                results/ must regenerate identically from results/scorecard/) + the
+#                instruction gate (exact Ir/op of libhakmem vs results/scorecard/gate.json)
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -38,6 +39,7 @@ test: setup build
 	$(MAKE) --no-print-directory test-py
 	$(MAKE) --no-print-directory lint
 	$(HAKBENCH) scorecard --check
+	$(HAKBENCH) gate
 
 test-c: test-allocator
 

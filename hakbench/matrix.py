@@ -51,6 +51,7 @@ from hakbench.profiles import (
 METRIC_OF = {"throughput": "throughput", "instructions": "ir_per_op"}
 NAMED_AXES = ("allocator", "variant", "profile", "workload")
 TOP_KEYS = {
+    "gate",  # read by hakbench gate, not by the matrix
     "name",
     "description",
     "runs",
