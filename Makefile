@@ -1,9 +1,10 @@
 # hakmem lab — one Makefile, parts included from their own directories.
 #   make setup   system packages (apt-get, when root) + .venv with hakbench[dev]
-#   make build   every allocator variant and every harness program (C only)
+#   make build   every allocator variant (PGO included) and every harness program
 #   make demo    setup + build + the main job (hakbench ab --profile BALANCED)
 #   make test    setup + build + C tests + pytest + lint + scorecard check (committed
-#                results/ must regenerate identically from results/scorecard/)
+#                results/ must regenerate identically from results/scorecard/) + the
+#                instruction gate (exact Ir/op of libhakmem vs results/scorecard/gate.json)
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -11,6 +12,7 @@ BUILD   ?= build
 ifeq ($(origin CC),default)
 CC      := gcc
 endif
+PYTHON3 ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 HAKBENCH := $(VENV)/bin/hakbench
@@ -18,6 +20,7 @@ HAKBENCH := $(VENV)/bin/hakbench
 -include allocator/allocator.mk
 -include allocator/tests/tests.mk
 -include harness/harness.mk
+-include allocator/pgo.mk
 
 .PHONY: setup build demo test test-c test-py lint format clean bench-alloc
 
@@ -28,7 +31,7 @@ $(VENV)/.setup-stamp: pyproject.toml scripts/setup.sh
 	@bash scripts/setup.sh venv
 	@touch $@
 
-build: allocator harness
+build: allocator harness pgo
 
 demo: setup build
 	$(HAKBENCH) ab --profile BALANCED --baseline C7_SAFE
@@ -38,6 +41,7 @@ test: setup build
 	$(MAKE) --no-print-directory test-py
 	$(MAKE) --no-print-directory lint
 	$(HAKBENCH) scorecard --check
+	$(HAKBENCH) gate
 
 test-c: test-allocator
 

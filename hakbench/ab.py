@@ -94,6 +94,7 @@ class ABSpec:
     allocator: str = "hakmem"
     baseline_allocator: str | None = None
     variant: str = "fast"
+    baseline_variant: str | None = None  # A's hakmem build variant [default: variant]
     workloads: tuple = DEFAULT_WORKLOADS
     pairs: int = DEFAULT_PAIRS
     warmup_pairs: int = DEFAULT_WARMUP_PAIRS
@@ -115,16 +116,24 @@ class ABSpec:
             self.baseline in (None, self.profile)
             and not self.sets
             and self.baseline_allocator in (None, self.allocator)
+            and self.baseline_variant in (None, self.variant)
             and self.rev == self.baseline_rev
         )
 
     def describe(self) -> str:
-        def side(allocator, profile, sets):
-            text = allocator + (f" {profile}" if allocator == "hakmem" else "")
+        def side(allocator, variant, profile, sets):
+            hakmem = allocator == "hakmem"
+            text = allocator + (f":{variant}" if hakmem and variant != "fast" else "")
+            text += f" {profile}" if hakmem else ""
             return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
 
-        a = side(self.baseline_allocator or self.allocator, self.baseline or self.profile, {})
-        text = f"A = {a}, B = {side(self.allocator, self.profile, self.sets)}"
+        a = side(
+            self.baseline_allocator or self.allocator,
+            self.baseline_variant or self.variant,
+            self.baseline or self.profile,
+            {},
+        )
+        text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
         return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
 
 
@@ -167,7 +176,7 @@ def build_cells(spec: ABSpec, builds: dict) -> dict:
         a = make_cell(
             spec.baseline_allocator or spec.allocator,
             w,
-            variant=spec.variant,
+            variant=spec.baseline_variant or spec.variant,
             profile=spec.baseline or spec.profile,
             build=builds.get("A"),
         )

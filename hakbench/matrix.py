@@ -50,6 +50,7 @@ from hakbench.profiles import (
 METRIC_OF = {"throughput": "throughput", "instructions": "ir_per_op"}
 NAMED_AXES = ("allocator", "variant", "profile", "workload")
 TOP_KEYS = {
+    "gate",  # read by hakbench gate, not by the matrix
     "name",
     "description",
     "runs",
@@ -509,6 +510,7 @@ def run_matrix(
     command: list[str] | str | None = None,
     on_sample: Callable[[int, int, dict], None] | None = None,
     instructions: bool | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> MatrixRun:
     """Run every cell ``runs`` times, round by round, appending each sample as it finishes.
 
@@ -516,8 +518,9 @@ def run_matrix(
     not run again; the round orders are seeded, so the rest of the plan is unchanged.
     ``on_sample(done, total, sample)`` reports progress, counting timed samples and
     instruction counts separately. ``instructions`` (default: the
-    file's) adds a round of instruction counts to a throughput matrix. KeyboardInterrupt
-    propagates after the finished samples are on disk.
+    file's) adds a round of instruction counts to a throughput matrix. ``shard`` (K, N)
+    runs only shard K of N (``hakbench.shard``). KeyboardInterrupt propagates after the
+    finished samples are on disk.
     """
     from hakbench.meta import collect_meta
     from hakbench.store import RunStore, read_json
@@ -529,6 +532,13 @@ def run_matrix(
     if not cells:
         reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
         raise MeasurementError(f"matrix {spec.name}: no cell can run ({reasons})")
+    shard_info = None
+    if shard:
+        from hakbench.shard import shard_cells
+
+        picked = shard_cells(reference_index([c.coord for c in cells], spec.reference), *shard)
+        shard_info = {"k": shard[0], "n": shard[1], "cells": picked, "of": len(cells)}
+        cells = [cells[i] for i in picked]
     out_dir = Path(out_dir)
     samples_file = out_dir / "samples.jsonl"
     meta_file = out_dir / "meta.json"
@@ -537,6 +547,8 @@ def run_matrix(
             raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
         meta = read_json(meta_file)
         _meta_cells_match(meta, cells, out_dir)
+        if meta.get("shard") != shard_info:
+            raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
         if meta["matrix"]["metric"] != metric:
             raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
         runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
@@ -571,6 +583,7 @@ def run_matrix(
             },
             cells=cells_meta(cells),
             skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
+            shard=shard_info,
         )
     store = RunStore(out_dir)
     store.write_meta(meta)

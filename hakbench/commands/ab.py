@@ -28,7 +28,8 @@ def _print_table(header, rows) -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="applied to B")
 @click.option("--allocator", "-a", default="hakmem", show_default=True, help="B's allocator")
 @click.option("--baseline-allocator", help="A's allocator [default: --allocator]")
-@click.option("--variant", default="fast", show_default=True)
+@click.option("--variant", default="fast", show_default=True, help="B's hakmem build variant")
+@click.option("--baseline-variant", help="A's hakmem build variant [default: --variant]")
 @click.option(
     "--workload",
     "-w",
@@ -94,6 +95,7 @@ def ab_cmd(
     allocator,
     baseline_allocator,
     variant,
+    baseline_variant,
     workloads,
     runs,
     warmup,
@@ -119,6 +121,7 @@ def ab_cmd(
         allocator=allocator,
         baseline_allocator=baseline_allocator,
         variant=variant,
+        baseline_variant=baseline_variant,
         workloads=tuple(workloads) or engine.DEFAULT_WORKLOADS,
         pairs=runs,
         warmup_pairs=warmup,

@@ -11,6 +11,7 @@ from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
+from hakbench.shard import parse_shard
 from hakbench.store import default_run_dir
 
 
@@ -69,18 +70,26 @@ def progress_reporter(label: str):
     type=click.Choice(sorted(matrix.METRIC_OF)),
     help="throughput (timed runs) or instructions (Ir per op; default: file's)",
 )
-def matrix_cmd(matrix_file, out, resume, runs, metric):
+@click.option(
+    "--shard",
+    metavar="K/N",
+    help="run only shard K of N (cells with their reference); join with `hakbench merge`",
+)
+def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
     """Run every cell of MATRIX_FILE (profiles/matrices/*.toml), interleaved round by round.
 
     Each round runs every cell once in a seeded shuffled order; warm-up rounds are
     discarded. Writes samples.jsonl, meta.json and summary.csv (median, 95 % CI, n and the
-    ratio to the reference cell). Exit 2 on an unknown axis value, 3 when no sample
-    succeeded, 130 when interrupted (resume with --resume DIR).
+    ratio to the reference cell). --shard K/N runs a deterministic part of the cells, each
+    with the cells it is compared with, for `hakbench merge`. Exit 2 on an unknown axis
+    value, 3 when no sample succeeded, 130 when interrupted (resume with --resume DIR).
     """
     if out and resume and out.resolve() != resume.resolve():
         raise UsageError("--out and --resume name different directories; give one")
+    shard_kn = parse_shard(shard) if shard else None
     spec = matrix.load_matrix(matrix_file)
-    out_dir = resume or out or default_run_dir(f"matrix-{spec.name}")
+    suffix = f"-shard{shard_kn[0]}of{shard_kn[1]}" if shard_kn else ""
+    out_dir = resume or out or default_run_dir(f"matrix-{spec.name}{suffix}")
     try:
         run = matrix.run_matrix(
             spec,
@@ -90,6 +99,7 @@ def matrix_cmd(matrix_file, out, resume, runs, metric):
             resume=resume is not None,
             command=command_line(),
             on_sample=progress_reporter(f"matrix {spec.name}"),
+            shard=shard_kn,
         )
     except KeyboardInterrupt:
         click.echo("", err=True)

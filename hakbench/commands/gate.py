@@ -1,0 +1,126 @@
+"""``hakbench gate``: CI's instruction-count regression gate (see hakbench.gate)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from hakbench import gate as g
+from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.meta import git_state
+from hakbench.store import write_json
+
+
+@click.command("gate")
+@click.option("--refresh", is_flag=True, help="measure and write a new committed baseline")
+@click.option(
+    "--matrix",
+    "matrix_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="matrix whose [gate] table to use (default profiles/matrices/scorecard.toml)",
+)
+@click.option(
+    "--build",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="measure the libhakmem and harness of another build directory (default build/)",
+)
+@click.option("--results", type=click.Path(file_okay=False, path_type=Path), help="results dir")
+@click.option("--workload", "-w", "workloads", multiple=True, help="only these workloads")
+@click.option("--profile", "-p", "profiles", multiple=True, help="only these profiles")
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64))
+def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
+    """Exact instructions per op of libhakmem (fast build) under each shipping profile on
+    every seed workload, against the baseline committed in results/scorecard/gate.json.
+
+    Exit 1 when a cell's count rose above its tolerance (a regression) or dropped below it
+    (an improvement: refresh the baseline so the committed figures stay true). Tolerances
+    and the iteration scale are in the [gate] table of profiles/matrices/scorecard.toml.
+    """
+    spec = g.load_gate(matrix_file)
+    for flag, chosen, known in (
+        ("--workload", workloads, spec.workloads),
+        ("--profile", profiles, spec.profiles),
+    ):
+        wrong = [c for c in chosen if c.lower() not in known and c.upper() not in known]
+        if wrong:
+            raise UsageError(f"{flag} {wrong[0]!r} is not gated; gated: {', '.join(known)}")
+    if refresh and (workloads or profiles):
+        raise UsageError("--refresh measures every gated cell; drop --workload/--profile")
+    if workloads or profiles:
+        spec = g.GateSpec(
+            tuple(p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}),
+            tuple(
+                w for w in spec.workloads if not workloads or w in {x.lower() for x in workloads}
+            ),
+            spec.scale,
+            spec.tolerance_pct,
+            spec.tolerance_by_workload,
+        )
+    path = g.baseline_path(results)
+    baseline = None if refresh else g.read_baseline(path)  # no baseline: exit 2 before work
+    cells = g.gate_cells(spec, build=build)
+    done = []
+
+    def on_result(row):
+        done.append(row)
+        mark = f"{row['ir_per_op']:.2f} Ir/op" if row["status"] == "ok" else row["status"]
+        click.echo(f"  [{len(done)}/{len(cells)}] {row['profile']} {row['workload']}: {mark}")
+
+    started = time.monotonic()
+    click.echo(f"gate: {len(cells)} cells, exact counts ({jobs} at a time)")
+    try:
+        rows = g.measure(cells, jobs=jobs, on_result=on_result)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted; nothing judged, the baseline was left as it was", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    seconds = time.monotonic() - started
+    if refresh:
+        bad = [r for r in rows if r["status"] != "ok"]
+        if bad:
+            raise MeasurementError(
+                f"gate --refresh: {bad[0]['profile']} {bad[0]['workload']} failed: "
+                f"{bad[0]['error'] or bad[0]['status']}"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, g.baseline_document(spec, rows, git_state().get("commit")))
+        click.echo(f"wrote {path} ({len(rows)} cells, {seconds:.0f} s)")
+        return
+    judged = g.compare(spec, baseline["cells"], rows)
+    differences = g.toolchain_differences(baseline.get("toolchain", {}), g.toolchain())
+    if differences:
+        click.echo("note: toolchain differs from the baseline's; counts may move for that reason:")
+        for d in differences:
+            click.echo(f"  {d}")
+    click.echo(g.table(judged))
+    failed = [r for r in judged if r.status == g.FAILED]
+    if failed:
+        raise MeasurementError(
+            f"gate: {failed[0].profile} {failed[0].workload} could not be measured: "
+            f"{failed[0].error}"
+        )
+    bad = g.failing(judged)
+    if bad:
+        rose = sorted({r.workload for r in bad if r.status == g.ROSE})
+        dropped = sorted({r.workload for r in bad if r.status == g.DROPPED})
+        new = sorted({r.workload for r in bad if r.status == g.NEW})
+        parts = []
+        if rose:
+            parts.append(f"instructions rose on {', '.join(rose)}")
+        if dropped:
+            parts.append(
+                f"dropped on {', '.join(dropped)} (an improvement: run `hakbench gate "
+                "--refresh` and commit results/scorecard/gate.json)"
+            )
+        if new:
+            parts.append(f"no comparable baseline for {', '.join(new)} (refresh it)")
+        if differences:
+            parts.append("the toolchain changed too, see the note above")
+        click.echo(f"gate FAILED ({seconds:.0f} s): " + "; ".join(parts), err=True)
+        sys.exit(EXIT_GATE)
+    click.echo(f"gate passed: {len(judged)} cells within tolerance ({seconds:.0f} s)")
+
+
+COMMANDS = [gate_cmd]

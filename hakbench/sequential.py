@@ -1,0 +1,198 @@
+"""Sequential A/B judgement: a confidence sequence for the median paired ratio, so that an
+A/B may look at its data after every round and stop as soon as the data decide, without
+the false-verdict rate growing with the number of looks.
+
+Why a confidence sequence. A fixed-n test re-run after every batch of pairs is wrong more
+often the more often it looks (with 20 looks a 5 % test says "different" for an A/A far more
+than 5 % of the time). A confidence sequence is a sequence of intervals that contain the
+true value at *every* n at once with probability at least 1 - alpha, so the interval at a
+data-dependent stopping point is still a valid (1 - alpha) interval.
+
+Which one. Pairs are heavy-tailed on a shared VM (a pair that straddles a speed-mode switch
+is 30 % off), so, like the fixed-n rule, this one is about the median of the per-pair log
+ratios and uses only signs. For a candidate median m, S_n(m) = #{i <= n : x_i <= m} minus
+n/2 is a sum of independent +-1/2 steps when m is the true median (whatever the
+distribution of the x_i); such a sum is 1/2-sub-Gaussian, and Robbins' normal-mixture
+martingale for it,
+
+    M_n = sqrt(rho / (V_n + rho)) * exp(D_n^2 / (2 (V_n + rho))),   V_n = n/4,  D_n = S_n - n/2,
+
+is a nonnegative martingale with mean 1, so by Ville's inequality P(some n has
+M_n >= 1/alpha) <= alpha. Inverting M_n < 1/alpha gives, for every n at once,
+
+    |S_n(m) - n/2| < b_n = sqrt((V_n + rho) * log((V_n + rho) / (rho * alpha^2))),
+
+an interval between two order statistics of the data: a time-uniform version of the
+order-statistic CI of the median. ``1 / max M_n`` over the looks so far is an anytime-valid
+p-value for "no change" (m = 0); Holm's correction across workloads applies to it as to any
+p-value. ``rho`` sets the n at which the boundary is tightest (``rho_for``).
+
+Verdicts (in log-ratio units, delta = log(1 + threshold)):
+- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the whole interval
+  lies beyond half the threshold on that side. The last condition keeps a real change
+  smaller than half the threshold from ever being called GO/NO-GO, whatever the number of
+  looks (it would need the interval to miss the true value: probability <= alpha).
+- NEUTRAL: the whole interval lies within +-delta (equivalent within the threshold).
+- INCONCLUSIVE: anything else; the data so far cannot tell. The estimate of how many more
+  pairs would decide comes from how the boundary narrows with n.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hakbench.stats import ALPHA, GO, NEUTRAL, NO_GO
+
+INCONCLUSIVE = "INCONCLUSIVE"
+DECISIVE = (GO, NO_GO, NEUTRAL)
+DEFAULT_TIGHTEST_PAIRS = 100  # where the boundary is tightest: typical decisive n here
+
+
+def rho_for(n_opt: int = DEFAULT_TIGHTEST_PAIRS, alpha: float = ALPHA) -> float:
+    """The mixture parameter whose boundary, relative to sqrt(n), is smallest at ``n_opt``
+    (a one-dimensional search; the boundary is flat near its minimum)."""
+    v = n_opt / 4
+    best, best_rho = math.inf, v
+    for i in range(1, 400):
+        rho = v * i / 100
+        b = (v + rho) * math.log((v + rho) / (rho * alpha**2))
+        if b < best:
+            best, best_rho = b, rho
+    return best_rho
+
+
+@functools.lru_cache(maxsize=8)
+def _default_rho(alpha: float) -> float:
+    return rho_for(alpha=alpha)
+
+
+def boundary(n: int, alpha: float = ALPHA, rho: float | None = None) -> float:
+    """b_n: |#{x_i <= median} - n/2| stays below this for all n, w.p. >= 1 - alpha."""
+    rho = rho if rho is not None else _default_rho(alpha)
+    v = n / 4
+    return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha**2)))
+
+
+def median_cs(x: Sequence[float], alpha: float = ALPHA, rho: float | None = None) -> tuple:
+    """(low, high) of the confidence sequence for the median at n = len(x); +-inf where the
+    data are still too few to bound a side."""
+    import numpy as np
+
+    return _cs_of_sorted(np.sort(np.asarray(x, dtype=float)), alpha, rho)
+
+
+def _cs_of_sorted(xs, alpha: float, rho: float | None) -> tuple:
+    n = len(xs)
+    if n == 0:
+        return (-math.inf, math.inf)
+    b = boundary(n, alpha, rho)
+    k1 = math.ceil(n / 2 - b)  # S(m) >= n/2 - b  <=>  m >= x_(k1)
+    k2 = math.floor(n / 2 + b) + 1  # S(m) <= n/2 + b  <=>  m < x_(k2)
+    lo = float(xs[k1 - 1]) if k1 >= 1 else -math.inf
+    hi = float(xs[k2 - 1]) if k2 <= n else math.inf
+    return (lo, hi)
+
+
+def mixture_evidence(x: Sequence[float], rho: float | None = None, alpha: float = ALPHA) -> float:
+    """M_n at m = 0 ("no change"): large when the signs of the log ratios are lopsided."""
+    import numpy as np
+
+    xs = np.sort(np.asarray(x, dtype=float))
+    return _evidence_of_sorted(xs, rho if rho is not None else _default_rho(alpha))
+
+
+def _evidence_of_sorted(xs, rho: float) -> float:
+    import numpy as np
+
+    n = len(xs)
+    if n == 0:
+        return 1.0
+    below = np.searchsorted(xs, 0.0, "left")
+    below += 0.5 * (np.searchsorted(xs, 0.0, "right") - below)
+    d = below - n / 2
+    v = n / 4
+    exponent = d * d / (2 * (v + rho))
+    return math.sqrt(rho / (v + rho)) * math.exp(min(exponent, 700.0))
+
+
+@dataclass
+class Look:
+    """What the data of one workload say after one look (log-ratio units)."""
+
+    n: int
+    estimate: float  # median log ratio
+    low: float  # confidence sequence, intersected over the looks so far
+    high: float
+    p_anytime: float  # 1 / max M over the looks so far
+
+
+class Sequence_:
+    """The running state of one workload: call ``look(x)`` with all its log ratios so far."""
+
+    def __init__(self, alpha: float = ALPHA, rho: float | None = None):
+        self.alpha = alpha
+        self.rho = rho if rho is not None else _default_rho(alpha)
+        self.low, self.high = -math.inf, math.inf
+        self.max_evidence = 1.0
+        self.last: Look | None = None
+
+    def look(self, x: Sequence[float]) -> Look:
+        import numpy as np
+
+        xs = np.sort(np.asarray(x, dtype=float))
+        lo, hi = _cs_of_sorted(xs, self.alpha, self.rho)
+        self.low, self.high = max(self.low, lo), min(self.high, hi)
+        self.max_evidence = max(self.max_evidence, _evidence_of_sorted(xs, self.rho))
+        n = len(xs)
+        est = float(xs[(n - 1) // 2] + xs[n // 2]) / 2 if n else math.nan
+        self.last = Look(n, est, self.low, self.high, min(1.0, 1.0 / self.max_evidence))
+        return self.last
+
+
+def verdict(
+    look: Look,
+    delta: float,
+    *,
+    higher_is_better: bool,
+    p_adjusted: float | None = None,
+    alpha: float = ALPHA,
+) -> str:
+    """GO / NO-GO / NEUTRAL / INCONCLUSIVE for one look (see the module doc)."""
+    p = look.p_anytime if p_adjusted is None else p_adjusted
+    est, lo, hi = look.estimate, look.low, look.high
+    if lo > hi:  # the intervals of two looks no longer overlap: the data are inconsistent
+        return INCONCLUSIVE
+    if p < alpha and est >= delta and lo > delta / 2:
+        return GO if higher_is_better else NO_GO
+    if p < alpha and est <= -delta and hi < -delta / 2:
+        return NO_GO if higher_is_better else GO
+    if -delta < lo and hi < delta:
+        return NEUTRAL
+    return INCONCLUSIVE
+
+
+def pairs_to_decide(look: Look, delta: float, alpha: float = ALPHA, rho: float | None = None):
+    """How many pairs in all would likely decide an INCONCLUSIVE look: the n at which an
+    interval of today's shape, centred on today's estimate, would be decisive. The interval
+    narrows like b_n / n (its half-width in ranks over n), scaled from today's width.
+    None when today's interval is not finite yet (too few pairs to scale from)."""
+    if look.n < 2 or not (math.isfinite(look.low) and math.isfinite(look.high)):
+        return None
+    half = (look.high - look.low) / 2
+    est = look.estimate
+    if abs(est) >= delta:
+        needed = abs(est) - delta / 2  # the near bound must pass half the threshold
+    else:
+        needed = delta - abs(est)  # the far bound must come inside the threshold
+    if needed <= 0:
+        return None
+    rate_now = boundary(look.n, alpha, rho) / look.n
+    n = look.n
+    while n < 10**7:
+        n = max(n + 1, int(n * 1.05))
+        if half * (boundary(n, alpha, rho) / n) / rate_now <= needed:
+            return n
+    return None

@@ -1,0 +1,97 @@
+"""The sequential rule's error rates under optional stopping, on simulated paired data whose
+noise has the shape of real A/A pairs (tests/data/aa_log_ratios_mixed_loaded.txt: 300
+interleaved A/A pairs of `mixed` measured on the lab VM under load, robust-standardised)."""
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hakbench import sequential as sq
+from hakbench.stats import GO, NEUTRAL, NO_GO
+
+DATA = Path(__file__).parent / "data" / "aa_log_ratios_mixed_loaded.txt"
+DELTA = math.log(1.01)  # the default 1 % threshold
+SIGMA = 0.04  # robust spread of one pair's log ratio: a loaded VM (quiet: 1-2 %)
+BUDGET = 600  # pairs
+RUNS = 1000
+
+
+def shape() -> np.ndarray:
+    x = np.loadtxt(DATA)
+    x = x - np.median(x)
+    return x / (1.4826 * np.median(np.abs(x)))
+
+
+def simulate(effect: float, runs: int = RUNS, seed: int = 7, batch: int = 10) -> list:
+    """(verdict, pairs) of ``runs`` sequential A/Bs of a slowdown ``effect`` (log units)."""
+    rng = np.random.default_rng(seed)
+    noise = shape()
+    out = []
+    for _ in range(runs):
+        seq, x, verdict = sq.Sequence_(), [], sq.INCONCLUSIVE
+        while len(x) < BUDGET:
+            x.extend(effect + SIGMA * rng.choice(noise, batch))
+            verdict = sq.verdict(seq.look(x), DELTA, higher_is_better=False)
+            if verdict in sq.DECISIVE:
+                break
+        out.append((verdict, len(x)))
+    return out
+
+
+def test_boundary_is_a_valid_and_narrowing_band():
+    assert sq.boundary(100) < 50  # bounds the median with 100 pairs
+    assert sq.boundary(400) / 400 < sq.boundary(100) / 100 < sq.boundary(25) / 25
+    lo, hi = sq.median_cs(list(range(1, 101)))
+    assert 1 < lo < 50.5 < hi < 100
+    assert sq.median_cs([0.1, 0.2]) == (-math.inf, math.inf)
+
+
+def test_aa_false_go_or_no_go_at_most_5_percent():
+    verdicts = Counter(v for v, _ in simulate(0.0))
+    assert verdicts[GO] + verdicts[NO_GO] <= 0.05 * RUNS, verdicts
+
+
+def test_effect_of_one_and_a_half_thresholds_ends_no_go_within_budget():
+    verdicts = Counter(v for v, _ in simulate(1.5 * DELTA, seed=8))
+    assert verdicts[NO_GO] >= 0.95 * RUNS, verdicts
+    assert verdicts[NEUTRAL] == 0, verdicts
+
+
+def test_effect_of_half_the_threshold_is_never_go_or_no_go():
+    verdicts = Counter(v for v, _ in simulate(0.5 * DELTA, seed=9))
+    assert verdicts[NEUTRAL] + verdicts[sq.INCONCLUSIVE] >= 0.95 * RUNS, verdicts
+
+
+def test_fixed_n_rule_rerun_after_every_batch_is_what_this_replaces():
+    """The naive alternative, a fixed-n order-statistic CI checked after every batch, calls
+    an A/A different far more often than 5 %: the reason for the confidence sequence."""
+    from hakbench.stats import median_ci
+
+    rng = np.random.default_rng(3)
+    noise = shape()
+    wrong = 0
+    for _ in range(300):
+        x = []
+        while len(x) < BUDGET:
+            x.extend(SIGMA * rng.choice(noise, 10))
+            _, lo, hi = median_ci(x)
+            if lo > 0 or hi < 0:
+                wrong += 1
+                break
+    assert wrong > 0.1 * 300
+
+
+@pytest.mark.parametrize("estimate", [0.002, 0.02])
+def test_pairs_to_decide_grows_as_the_decision_gets_harder(estimate):
+    look = sq.Look(
+        n=50, estimate=estimate, low=estimate - 0.01, high=estimate + 0.01, p_anytime=0.5
+    )
+    n = sq.pairs_to_decide(look, DELTA)
+    assert n is not None and n > 50
+    wider = sq.Look(
+        n=50, estimate=estimate, low=estimate - 0.02, high=estimate + 0.02, p_anytime=0.5
+    )
+    assert sq.pairs_to_decide(wider, DELTA) > n
