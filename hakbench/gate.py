@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 import platform
 import subprocess
@@ -264,12 +263,11 @@ def baseline_path(results: Path | None = None) -> Path:
 
 
 def read_baseline(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"no gate baseline at {path}; run `hakbench gate --refresh`") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not valid JSON ({e}); run `hakbench gate --refresh`") from None
+    from hakbench.store import read_json
+
+    if not path.exists():
+        raise UsageError(f"no gate baseline at {path}; run `hakbench gate --refresh`")
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise UsageError(f"{path}: not a gate baseline (no 'cells' list)")
     return data

@@ -82,13 +82,11 @@ def shard_cells(refs: Sequence[int | None], k: int, n: int) -> list[int]:
 
 
 def _read_meta(directory: Path) -> dict:
-    path = directory / "meta.json"
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{directory}: no meta.json (not a matrix run directory)") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not valid JSON ({e})") from None
+    from hakbench.store import read_json
+
+    if not (directory / "meta.json").exists():
+        raise UsageError(f"{directory}: no meta.json (not a matrix run directory)")
+    meta = read_json(directory / "meta.json")
     if meta.get("kind") != "matrix" or not isinstance(meta.get("shard"), dict):
         raise UsageError(f"{directory}: not a shard of a matrix run (run with --shard K/N)")
     return meta
