@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     block_list leaked = {0};
     hb_rng rng;
     hb_rng_seed(&rng, seed);
-    uint64_t checksum = HB_CHECKSUM_INIT, ops = 0, leaked_bytes = 0;
+    uint64_t checksum = HB_CHECKSUM_INIT, mallocs = 0, frees = 0, reallocs = 0, leaked_bytes = 0;
 
     double start = hb_now();
     for (uint64_t round = 0; round < rounds; round++) {
@@ -89,18 +89,18 @@ int main(int argc, char **argv) {
                 block = hb_malloc(size);
                 hb_fill_sized(block, size);
                 slots[slot] = block;
-                ops++;
+                mallocs++;
                 hb_checksum_add(&checksum, hb_malloc_event(slot, size));
             } else if (hb_rng_below(&rng, 1000) < leak_permille) {
                 leaked_bytes += hb_verify_sized(block);
-                ops += list_push(&leaked, block);
+                reallocs += list_push(&leaked, block);
                 slots[slot] = NULL;
                 hb_checksum_add(&checksum, hb_free_event(slot) | 1);
             } else {
                 hb_verify_sized(block);
                 free(block);
                 slots[slot] = NULL;
-                ops++;
+                frees++;
                 hb_checksum_add(&checksum, hb_free_event(slot));
             }
         }
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
             memset(buffer[b] + old_size, 0, size - old_size - 1);
             buffer[b][size - 1] = hb_block_tag(b + size);
             buffer_size[b] = size;
-            ops++;
+            reallocs++;
             hb_checksum_add(&checksum, hb_malloc_event(b, size >> 10) ^ (1ull << 62));
         }
     }
@@ -131,12 +131,13 @@ int main(int argc, char **argv) {
     free(buffer);
     free(buffer_size);
 
-    hb_print_result_and_rss_end(ops, seconds, hb_checksum_finish(checksum));
-    printf("rss_leaked_kb=%ld\nleaked_kb=%" PRIu64 "\nleaked_blocks=%" PRIu64 "\nrounds=%" PRIu64
+    hb_print_result_and_rss_end(mallocs + frees + reallocs, seconds, hb_checksum_finish(checksum));
+    printf("mallocs=%" PRIu64 "\nfrees=%" PRIu64 "\nreallocs=%" PRIu64
+           "\nrss_leaked_kb=%ld\nleaked_kb=%" PRIu64 "\nleaked_blocks=%" PRIu64 "\nrounds=%" PRIu64
            "\nsteps=%" PRIu64 "\nws=%" PRIu64 "\nleak_permille=%" PRIu64 "\nbuffers=%" PRIu64
            "\ngrow_kb=%" PRIu64 "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64 "\n",
-           rss_leaked, leaked_bytes >> 10, leaked.count, rounds, steps, ws, leak_permille, buffers,
-           grow_kb, min_size, max_size, seed);
+           mallocs, frees, reallocs, rss_leaked, leaked_bytes >> 10, leaked.count, rounds, steps,
+           ws, leak_permille, buffers, grow_kb, min_size, max_size, seed);
     hb_flush_stdout();
     return 0;
 }
