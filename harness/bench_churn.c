@@ -2,7 +2,8 @@
  * starts --threads new threads and joins them. Thread t of a round
  *   1. frees about half of its retained set, which earlier (now exited) threads allocated or
  *      swapped in;
- *   2. allocates --objects blocks of random small sizes, recording them in a pointer array
+ *   2. allocates --objects blocks of random sizes (mostly small, a few per thousand up to
+ *      --big-max, as real programs mix in the odd buffer), recording them in a pointer array
  *      that it grows with realloc in --grow-kb steps (a vector-like buffer: ~800 KB steps);
  *   3. refills its empty retained slots from those blocks (they survive into the next
  *      round), swaps a share of the rest into a shared transfer array (taking out whatever
@@ -26,7 +27,7 @@
 static const char usage[] =
     "usage: bench_churn [--threads N] [--rounds N] [--objects N] [--window N] [--retain N]\n"
     "                   [--transfer N] [--swap-percent N] [--grow-kb N] [--min B] [--max B]\n"
-    "                   [--seed N]\n"
+    "                   [--big-permille N] [--big-max B] [--seed N]\n"
     "  --threads N       threads started (and joined) each round (default 4)\n"
     "  --rounds N        rounds (default 10; 0 measures start-up only)\n"
     "  --objects N       blocks each thread allocates per round (default 150000)\n"
@@ -36,11 +37,13 @@ static const char usage[] =
     "  --swap-percent N  share of the non-retained blocks swapped through it (default 25)\n"
     "  --grow-kb N       realloc step of each thread's pointer array in KiB (default 800)\n"
     "  --min/--max B     block sizes, uniform in [min,max] (default 16..512; min >= 8)\n"
+    "  --big-permille N  share of blocks sized uniformly in [max,big-max] instead (default 10)\n"
+    "  --big-max B       largest of those (default 65536)\n"
     "  --seed N          PRNG seed (default 1)\n";
 
 typedef struct {
     uint64_t threads, objects, window, retain, transfer_slots, swap_percent, grow_entries;
-    uint64_t min_size, max_size, seed;
+    uint64_t min_size, max_size, big_permille, big_max, seed;
     unsigned char **retained;           /* threads x retain */
     _Atomic(unsigned char *) *transfer; /* transfer_slots */
     _Atomic uint64_t ops;
@@ -127,7 +130,9 @@ static void *run_round(void *arg) {
     unsigned char **fresh = NULL;
     uint64_t capacity = 0;
     for (uint64_t i = 0; i < c->objects; i++) {
-        uint64_t size = hb_rng_between(&st.rng, c->min_size, c->max_size);
+        bool big = hb_rng_below(&st.rng, 1000) < c->big_permille;
+        uint64_t size = big ? hb_rng_between(&st.rng, c->max_size, c->big_max)
+                            : hb_rng_between(&st.rng, c->min_size, c->max_size);
         unsigned char *block = hb_malloc(size);
         st.ops++;
         hb_fill_sized(block, size);
@@ -156,6 +161,7 @@ int main(int argc, char **argv) {
     uint64_t threads = 4, rounds = 10, objects = 150000, window = 4096, retain = 10000;
     uint64_t transfer = 4096;
     uint64_t swap_percent = 25, grow_kb = 800, min_size = 16, max_size = 512, seed = 1;
+    uint64_t big_permille = 10, big_max = 64 * 1024;
     hb_option opts[] = {
         {"--threads", HB_OPT_U64, &threads, false, false},
         {"--rounds", HB_OPT_U64, &rounds, false, false},
@@ -167,6 +173,8 @@ int main(int argc, char **argv) {
         {"--grow-kb", HB_OPT_U64, &grow_kb, false, false},
         {"--min", HB_OPT_U64, &min_size, false, false},
         {"--max", HB_OPT_U64, &max_size, false, false},
+        {"--big-permille", HB_OPT_U64, &big_permille, false, false},
+        {"--big-max", HB_OPT_U64, &big_max, false, false},
         {"--seed", HB_OPT_U64, &seed, false, false},
     };
     hb_parse_flags(argc, argv, opts, sizeof opts / sizeof opts[0]);
@@ -180,6 +188,8 @@ int main(int argc, char **argv) {
     hb_check_range("--grow-kb", grow_kb, 1, 1u << 20);
     hb_check_size_range(min_size, max_size);
     hb_check_range("--min", min_size, HB_SIZED_MIN, HB_MAX_BLOCK_SIZE);
+    hb_check_range("--big-permille", big_permille, 0, 1000);
+    hb_check_range("--big-max", big_max, max_size, HB_MAX_BLOCK_SIZE);
 
     churn c = {.threads = threads,
                .objects = objects,
@@ -190,6 +200,8 @@ int main(int argc, char **argv) {
                .grow_entries = grow_kb * 1024 / sizeof(unsigned char *),
                .min_size = min_size,
                .max_size = max_size,
+               .big_permille = big_permille,
+               .big_max = big_max,
                .seed = seed};
     if (c.grow_entries == 0) c.grow_entries = 1;
     uint64_t retained_slots = threads * retain;
@@ -225,9 +237,10 @@ int main(int argc, char **argv) {
     hb_print_result_and_rss_end(ops, seconds, hb_checksum_finish(checksum_sum));
     printf("threads=%" PRIu64 "\nrounds=%" PRIu64 "\nobjects=%" PRIu64 "\nwindow=%" PRIu64
            "\nretain=%" PRIu64 "\ntransfer=%" PRIu64 "\nswap_percent=%" PRIu64 "\ngrow_kb=%" PRIu64
-           "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64 "\n",
+           "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nbig_permille=%" PRIu64 "\nbig_max=%" PRIu64
+           "\nseed=%" PRIu64 "\n",
            threads, rounds, objects, window, retain, transfer, swap_percent, grow_kb, min_size,
-           max_size, seed);
+           max_size, big_permille, big_max, seed);
     hb_flush_stdout();
     return 0;
 }

@@ -330,6 +330,7 @@ BAD_ARGUMENTS = [
     ("bench_churn", ["--min", "4"]),
     ("bench_churn", ["--swap-percent", "101"]),
     ("bench_churn", ["--window", "0"]),
+    ("bench_churn", ["--max", "1024", "--big-max", "512"]),
     ("bench_prodcons_mem", ["--pairs", "0"]),
     ("bench_prodcons_mem", ["--rounds", "0"]),
     ("bench_large", ["--live", "0"]),
