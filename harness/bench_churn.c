@@ -3,7 +3,8 @@
  *   1. frees about half of its retained set, which earlier (now exited) threads allocated or
  *      swapped in;
  *   2. allocates --objects blocks of random sizes (mostly small, a few per thousand up to
- *      --big-max, as real programs mix in the odd buffer), recording them in a pointer array
+ *      --big-max, as real programs mix in the odd buffer) and writes each whole, so the
+ *      resident set is live data plus what the allocator adds; records them in a pointer array
  *      that it grows with realloc in --grow-kb steps (a vector-like buffer: ~800 KB steps);
  *   3. refills its empty retained slots from those blocks (they survive into the next
  *      round), swaps a share of the rest into a shared transfer array (taking out whatever
@@ -23,14 +24,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
     "usage: bench_churn [--threads N] [--rounds N] [--objects N] [--window N] [--retain N]\n"
     "                   [--transfer N] [--swap-percent N] [--grow-kb N] [--min B] [--max B]\n"
     "                   [--big-permille N] [--big-max B] [--seed N]\n"
     "  --threads N       threads started (and joined) each round (default 4)\n"
-    "  --rounds N        rounds (default 10; 0 measures start-up only)\n"
-    "  --objects N       blocks each thread allocates per round (default 150000)\n"
+    "  --rounds N        rounds (default 8; 0 measures start-up only)\n"
+    "  --objects N       blocks each thread allocates per round (default 120000)\n"
     "  --window N        a new block is kept, swapped or freed N blocks later (default 4096)\n"
     "  --retain N        retained slots per thread; half are freed each round (default 10000)\n"
     "  --transfer N      slots of the shared transfer array (default 4096)\n"
@@ -135,6 +137,7 @@ static void *run_round(void *arg) {
                             : hb_rng_between(&st.rng, c->min_size, c->max_size);
         unsigned char *block = hb_malloc(size);
         st.ops++;
+        memset(block, 0x5a, size);
         hb_fill_sized(block, size);
         fresh = append_block(fresh, i, &capacity, c->grow_entries, &st.ops, block);
         hb_checksum_add(&st.checksum, hb_malloc_event(i & 0x7fffffff, size));
@@ -158,7 +161,7 @@ static uint64_t free_if_live(unsigned char *block) {
 
 int main(int argc, char **argv) {
     hb_init("bench_churn", usage);
-    uint64_t threads = 4, rounds = 10, objects = 150000, window = 4096, retain = 10000;
+    uint64_t threads = 4, rounds = 8, objects = 120000, window = 4096, retain = 10000;
     uint64_t transfer = 4096;
     uint64_t swap_percent = 25, grow_kb = 800, min_size = 16, max_size = 512, seed = 1;
     uint64_t big_permille = 10, big_max = 64 * 1024;
