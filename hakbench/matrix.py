@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench.allocators import VARIANTS, resolve_allocator
+from hakbench.allocators import VARIANTS, is_path_spec, resolve_allocator
 from hakbench.errors import MeasurementError, UsageError
 from hakbench.profiles import (
     load_options,
@@ -138,6 +138,8 @@ def _axis_value(axis: str, value) -> str:
     text = str(value)
     if axis == "profile":
         return text.upper()
+    if axis == "allocator" and is_path_spec(text):
+        return text  # a library path keeps its case
     return text.lower() if axis in ("allocator", "workload") else text
 
 
