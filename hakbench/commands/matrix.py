@@ -25,7 +25,7 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
         if s.median is None:
             click.echo(f"  {s.label:<{width}}  {s.status}" + (f": {s.reason}" if s.reason else ""))
             continue
-        digits = 2 if s.metric == "ir_per_op" else 0
+        digits = matrix.metric_digits(s.metric)
         ratio = ""
         if s.ratio is not None:
             ratio = f"  x{s.ratio:.3f} [{s.ratio_ci_low:.3f}, {s.ratio_ci_high:.3f}]"
