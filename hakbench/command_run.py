@@ -8,10 +8,15 @@ What is measured, and how (the same in ``run``, ``ab`` and ``matrix``):
   program and every child it reaped (gcc's cc1 and as); ``maxrss_kb`` is wait4's ru_maxrss:
   the largest peak RSS of any single process of that tree, never a sum, and not inflated
   by hakbench's own Python (hakrun is a small C program, see its header).
-- The preload check: hakrun polls ``/proc/PID/maps`` while the program starts until the
-  preloaded library is mapped (``preload_mapped=1``); a run where it never appeared is a
-  ``wrong_allocator`` sample, like a harness run whose ``malloc_impl=`` names another
-  library. Under glibc nothing is preloaded and nothing is checked.
+- The preload check: hakprobe.so is preloaded just ahead of the allocator; its constructor
+  writes the path of the library that defines the program's ``malloc`` (dlsym + dladdr,
+  as the harness's ``malloc_impl=`` line) to a file, kept as ``process.malloc_impl``. With
+  an allocator preloaded the sample is ``wrong_allocator`` unless that path names it. This
+  is race-free for programs of any length (an earlier /proc/PID/maps poll missed 1 of 2
+  runs of a 10 ms program on the loaded VM) and proves more: that malloc resolves to the
+  library, not only that it is mapped. Under "system" nothing is preloaded, so the
+  program's own linkage decides and is only recorded: Debian's redis-server links
+  libjemalloc, so its "system" runs use jemalloc.
 - The output check: stdout or a file the program wrote, after the workload's regex
   substitutions, is hashed (sha256) and compared with the hash of one run of the same
   workload under glibc (computed once and cached in ``build/reference/``, keyed by the
@@ -41,7 +46,7 @@ import time
 from pathlib import Path
 
 from hakbench import paths
-from hakbench.hakrun import hakrun_binary, parse_report, report_metrics
+from hakbench.hakrun import hakprobe_library, hakrun_binary, parse_report, report_metrics
 from hakbench.inputs import input_key, input_path
 from hakbench.procenv import clean_env
 
@@ -115,7 +120,8 @@ def reference_hash(workload, timeout: float) -> tuple[str | None, str | None]:
 
 
 def _start(argv, *, report: Path, preload, env, cwd, stdin, out, err) -> subprocess.Popen:
-    full = [str(hakrun_binary()), str(report), str(preload or ""), "--", *argv]
+    preload = ":".join(str(p) for p in (hakprobe_library(), preload) if p)
+    full = [str(hakrun_binary()), str(report), preload, "--", *argv]
     return subprocess.Popen(
         full, stdin=stdin, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True
     )
@@ -207,6 +213,7 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
     if stats:
         env["HAKMEM_STATS"] = "1"
     with tempfile.TemporaryDirectory(prefix="hakbench-cmd-") as tmp:
+        env["HAKPROBE_OUT"] = str(Path(tmp) / "malloc_impl")
         work = Path(tmp) / "dir"
         work.mkdir()
         values = {"dir": work}
@@ -242,7 +249,9 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
                 _, _, timed_out = _wait(proc, timeout)
             output, error = run["out"].read_bytes(), None
         report = parse_report(run["report"].read_text()) if run["report"].exists() else {}
-        sample["process"] = report
+        probe = Path(tmp) / "malloc_impl"
+        malloc_impl = probe.read_text() if probe.exists() else None
+        sample["process"] = {**report, "malloc_impl": malloc_impl}
         sample["stderr_tail"] = _tail(run["err"].read_text(errors="replace"))
         checked = None
         if spec.check_output and spec.check_output != "stdout":
@@ -281,9 +290,11 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         sample["status"], sample["error"] = "failed", f"exit status {report['exit']}"
     elif error:
         sample["status"], sample["error"] = "failed", error
-    elif report.get("preload_mapped") == 0:
+    elif alloc.preload is not None and alloc.expect_impl not in str(malloc_impl):
         sample["status"] = "wrong_allocator"
-        sample["error"] = f"{alloc.preload} never appeared in /proc/PID/maps of {program}"
+        sample["error"] = (
+            f"malloc in {program} resolves to {malloc_impl!r}, not {alloc.expect_impl}"
+        )
     elif spec.check_output and checked is None:
         sample["status"] = "wrong_output"
         sample["error"] = f"the program wrote no {spec.check_output}"

@@ -1,9 +1,10 @@
-"""The hakrun exec wrapper (hakbench/native/hakrun.c): built on first use, report parsed.
+"""The native helpers of command workloads (hakbench/native/): built on first use.
 
-Command workloads run as ``hakrun REPORT PRELOAD -- program args...``; the C file's header
-says why (ru_maxrss untainted by Python's high-water mark, rusage of the whole reaped
-tree, the preload proven by /proc/PID/maps). The binary lives in ``build/tools/hakrun``
-and is rebuilt when the source is newer.
+Command workloads run as ``hakrun REPORT PRELOAD -- program args...`` with PRELOAD =
+"allocator:hakprobe.so"; the C files' headers say why: hakrun gives ru_maxrss untainted by
+Python's high-water mark and the rusage of the whole reaped tree; hakprobe.so records which
+library defines ``malloc`` in the program (the harness's malloc_impl= check, for any
+program). Both live in ``build/tools/`` and are rebuilt when their source is newer.
 """
 
 from __future__ import annotations
@@ -15,19 +16,20 @@ from pathlib import Path
 from hakbench import paths
 from hakbench.errors import MeasurementError
 
-SOURCE = Path(__file__).resolve().parent / "native" / "hakrun.c"
+NATIVE = Path(__file__).resolve().parent / "native"
 
 
-def hakrun_binary() -> Path:
-    """Path of the built wrapper, compiling it with the system C compiler when needed."""
-    binary = paths.build_dir() / "tools" / "hakrun"
-    if binary.exists() and binary.stat().st_mtime_ns >= SOURCE.stat().st_mtime_ns:
+def _built(source: str, output: str, flags: tuple[str, ...] = ()) -> Path:
+    """``build/tools/OUTPUT`` compiled from ``hakbench/native/SOURCE`` when missing or older."""
+    src = NATIVE / source
+    binary = paths.build_dir() / "tools" / output
+    if binary.exists() and binary.stat().st_mtime_ns >= src.stat().st_mtime_ns:
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
-    tmp = binary.with_name(f".hakrun.{os.getpid()}")
+    tmp = binary.with_name(f".{output}.{os.getpid()}")
     cc = os.environ.get("CC", "gcc")
     r = subprocess.run(
-        [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(SOURCE)],
+        [cc, "-std=c11", "-O2", "-Wall", "-Wextra", *flags, "-o", str(tmp), str(src), "-ldl"],
         capture_output=True,
         text=True,
     )
@@ -37,8 +39,16 @@ def hakrun_binary() -> Path:
     return binary
 
 
+def hakrun_binary() -> Path:
+    return _built("hakrun.c", "hakrun")
+
+
+def hakprobe_library() -> Path:
+    return _built("hakprobe.c", "hakprobe.so", ("-shared", "-fPIC"))
+
+
 def parse_report(text: str) -> dict:
-    """``exit=0 signal=0 ... preload_mapped=1`` -> dict of ints (empty when there is none)."""
+    """``exit=0 signal=0 ... nivcsw=3`` -> dict of ints (empty when there is none)."""
     out = {}
     for tok in text.split():
         key, eq, value = tok.partition("=")
