@@ -371,6 +371,7 @@ def cells_meta(cells: list[MatrixCell]) -> list[dict]:
                 "coords": mc.coord,
                 "workload_description": mc.cell.workload.description,
                 "primary_metric": mc.cell.workload.primary_metric,
+                "groups": list(mc.cell.workload.groups),
                 "argv": [Path(argv[0]).name, *argv[1:]],
                 "env": dict(sorted(mc.cell.env.items())),
             }

@@ -4,10 +4,12 @@ glibc, a server workload, and allocators given by path. Short inputs: ~30 s in a
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import socket
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -222,12 +224,17 @@ size_t fwrite(const void *p, size_t size, size_t n, FILE *f) {
 """
 
 
+def _build_shim(directory: Path) -> Path:
+    src = directory / "shim.c"
+    src.write_text(SHIM)
+    shim = directory / "libshim.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
+    return shim
+
+
 @_needs("lua5.4", "gcc")
 def test_output_that_differs_under_an_allocator_is_a_failed_sample_in_the_report(lab):
-    src = lab / "shim.c"
-    src.write_text(SHIM)
-    shim = lab / "libshim.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(shim), str(src), "-ldl"], check=True)
+    shim = _build_shim(lab)
     out = lab / "res"
     argv = ["ab", "-a", f"shim={shim}", "--baseline-allocator", "system", "-w", "lua_small"]
     r = CliRunner().invoke(main, [*argv, "-n", "2", "--warmup", "0", "--out", str(out)])
@@ -240,6 +247,35 @@ def test_output_that_differs_under_an_allocator_is_a_failed_sample_in_the_report
     assert all("libshim.so" in s["process"]["malloc_impl"] for s in by_side["B"])
     report = (out / "report.md").read_text()
     assert report.count("**wrong_output**") == 2 and "`shim`" in report
+
+
+@_needs("lua5.4", "gcc")
+def test_matrix_with_command_workloads_reports_time_and_memory_ratios(lab):
+    shim = _build_shim(lab)
+    matrix_file = lab / "m.toml"
+    matrix_file.write_text(
+        textwrap.dedent(f"""\
+        name = "quick"
+        runs = 2
+        warmup = 0
+        reference = {{ allocator = "system" }}
+        [axes]
+        allocator = ["system", "shim={shim}"]
+        workload = ["@quick"]
+        """)
+    )
+    out = lab / "mres"
+    r = CliRunner().invoke(main, ["matrix", str(matrix_file), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    got = {(x["workload"], x["label"], x["metric"]): x for x in rows}
+    assert got[("tree", "shim", "wall_s")]["status"] == "ok"
+    assert got[("tree", "shim", "maxrss_kb")]["reference"] == "system"
+    assert got[("lua_small", "shim", "wall_s")]["status"] == "failed"
+    report = (out / "apps.md").read_text()
+    assert "| lua_small | shim | - | - |" in report and "wrong output 2/2" in report
+    assert "| tree | shim |" in report and "1 of 2" in report  # shim's geomean covers tree only
+    assert (out / "apps_time.png").stat().st_size > 0 and (out / "apps_memory.png").exists()
 
 
 @_needs("redis-server", "redis-benchmark", "redis-cli")

@@ -11,6 +11,7 @@ from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
+from hakbench.report.apps import write_apps_report
 from hakbench.store import default_run_dir
 
 
@@ -103,6 +104,9 @@ def matrix_cmd(matrix_file, out, resume, runs, metric):
     if run.reused:
         click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
     print_summaries(run.summaries)
+    apps = write_apps_report(out_dir)
+    if apps:
+        click.echo(f"applications and stress: {apps}")
     click.echo(str(out_dir))
     if not any(s.status == "ok" for s in run.summaries):
         raise MeasurementError(f"no sample of matrix {spec.name} succeeded; see {out_dir}")
