@@ -264,7 +264,7 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         sample["wall_s"] = sample["metrics"]["wall_s"]
         sample["returncode"] = report["exit"] if report["exit"] >= 0 else -report["signal"]
         sample["signal"] = report["signal"] or None
-    sample["unavailable"] = list(UNAVAILABLE) + ([] if spec.regex else [])
+    sample["unavailable"] = list(UNAVAILABLE)
     if spec.regex:
         m = re.search(spec.regex, output.decode(errors="replace"), re.MULTILINE)
         if m:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hakbench import allocators
 from hakbench.allocators import find_library, resolve_allocator
 from hakbench.cell import make_cell
 from hakbench.cli import main
@@ -73,6 +74,12 @@ argv = [
 measure = "cpu"
 check = {{ output = "stdout", substitute = [['"[0-9.]+"', '"N"']] }}
 """
+
+
+@pytest.fixture(autouse=True)
+def fresh_path_allocators(monkeypatch):
+    """Allocators given by path are remembered per process; each test starts without any."""
+    monkeypatch.setattr(allocators, "_BY_PATH", {})
 
 
 @pytest.fixture
