@@ -122,7 +122,28 @@ def _value_text(s: CellSummary) -> str:
     return f"{s.median:.3f} {unit}" if unit == "s" else f"{s.median:,.0f} {unit}"
 
 
-def apps_markdown(rows: list[Row], meta: dict) -> str:
+def linkage_notes(samples: list[dict], meta: dict) -> list[str]:
+    """Cells without a preload whose program's malloc is not glibc's (it links another
+    allocator itself: Debian's redis-server links libjemalloc)."""
+    notes = []
+    for c in meta["cells"]:
+        if c["coords"]["allocator"] != "system":
+            continue
+        impls = {
+            (s.get("process") or {}).get("malloc_impl")
+            for s in samples
+            if s.get("cell") == c["key"] and s.get("status") == "ok"
+        } - {None}
+        other = sorted(i for i in impls if "libc.so" not in i)
+        if other:
+            notes.append(
+                f"{c['coords']['workload']}: the system row is not glibc's malloc: the program "
+                f"links {', '.join(other)} itself."
+            )
+    return notes
+
+
+def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
     ref = meta["matrix"]["reference"]["allocator"]
     m = meta["matrix"]
     lines = [
@@ -148,6 +169,7 @@ def apps_markdown(rows: list[Row], meta: dict) -> str:
         )
     gt, gm = geomeans(rows, "time_ratio"), geomeans(rows, "memory_ratio")
     n_workloads = len({r.workload for r in rows})
+    lines += [""] + [f"Note: {n}" for n in notes]
     lines += [
         "",
         f"## Geometric means over the workloads (ratio to {ref})",
@@ -237,5 +259,5 @@ def write_apps_report(out_dir: Path) -> Path | None:
     plot_ratios(rows, "time_ratio", f"time relative to {ref}", out_dir / "apps_time.png")
     plot_ratios(rows, "memory_ratio", f"peak RSS relative to {ref}", out_dir / "apps_memory.png")
     path = out_dir / "apps.md"
-    path.write_text(apps_markdown(rows, meta))
+    path.write_text(apps_markdown(rows, meta, linkage_notes(samples, meta)))
     return path
