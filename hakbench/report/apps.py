@@ -152,7 +152,8 @@ def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
         f"{m['runs']} measured rounds (+{m['warmup']} warm-up), every cell once per round in a "
         f"seeded shuffled order. Ratios are to {ref}: the median of per-round ratios with a "
         "95 % CI; time ratio < 1 and memory ratio < 1 are better. Time is the workload's own "
-        "(wall_s, cpu_s for a server) or, for a rate, reference rate / rate.",
+        "judged metric (" + ", ".join(sorted({r.time_metric for r in rows})) + "); a rate "
+        "counts as reference rate / rate.",
         "",
         "| workload | allocator | time | time ÷ "
         + ref
