@@ -233,21 +233,24 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
                 "cwd": _expand(spec.cwd, values),
             },
         }
-        if spec.server:
-            output, error, timed_out = _run_server(spec, sample, values, run, timeout)
-            sample["wall_s"] = None
-        else:
-            argv = [_expand(a, values) for a in spec.argv]
-            sample["argv"] = argv
-            stdin_path = _expand(spec.stdin, values) if spec.stdin else os.devnull
-            with (
-                open(stdin_path, "rb") as stdin,
-                open(run["out"], "wb") as out,
-                open(run["err"], "wb") as err,
-            ):
-                proc = _start(argv, stdin=stdin, out=out, err=err, **run["start"])
-                _, _, timed_out = _wait(proc, timeout)
-            output, error = run["out"].read_bytes(), None
+        try:
+            if spec.server:
+                output, error, timed_out = _run_server(spec, sample, values, run, timeout)
+            else:
+                argv = [_expand(a, values) for a in spec.argv]
+                sample["argv"] = argv
+                stdin_path = _expand(spec.stdin, values) if spec.stdin else os.devnull
+                with (
+                    open(stdin_path, "rb") as stdin,
+                    open(run["out"], "wb") as out,
+                    open(run["err"], "wb") as err,
+                ):
+                    proc = _start(argv, stdin=stdin, out=out, err=err, **run["start"])
+                    _, _, timed_out = _wait(proc, timeout)
+                output, error = run["out"].read_bytes(), None
+        except OSError as e:  # a missing stdin file or cwd: the sample says so
+            sample["error"] = f"cannot start {program}: {e}"
+            return sample
         report = parse_report(run["report"].read_text()) if run["report"].exists() else {}
         probe = Path(tmp) / "malloc_impl"
         malloc_impl = probe.read_text() if probe.exists() else None

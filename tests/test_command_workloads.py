@@ -58,6 +58,11 @@ argv = ["{PY}", "-c", "print('rate 1234.5 ops/s'); open('out.txt','w').write('x=
 measure = {{ regex = "rate ([0-9.]+) ops/s", kind = "rate" }}
 check = {{ output = "out.txt", substitute = [["t=[0-9]+", "t=N"]] }}
 
+[nostdin]
+kind = "command"
+argv = ["/bin/cat"]
+stdin = "/nonexistent/hakbench-input"
+
 [redis_small]
 kind = "command"
 server = [
@@ -181,6 +186,11 @@ def test_rusage_covers_the_reaped_tree_and_rss_is_the_programs_own(lab):
     # /bin/true's own peak: not this Python's (tens of MB), which exec would carry over
     assert tiny["status"] == "ok" and tiny["metrics"]["maxrss_kb"] < 8 * 1024
     assert "libc.so" in tiny["process"]["malloc_impl"]  # glibc's malloc, nothing preloaded
+
+
+def test_a_program_that_cannot_start_is_a_failed_sample_not_a_traceback(lab):
+    s = run_sample(make_cell("system", "nostdin"))
+    assert s["status"] == "error" and "cannot start /bin/cat" in s["error"]
 
 
 def test_regex_rate_and_normalised_output_file(lab):
