@@ -207,7 +207,8 @@ def plot_ratios(rows: list[Row], attr: str, title: str, path: Path) -> Path:
     workloads = list(dict.fromkeys(r.workload for r in rows))
     labels = list(dict.fromkeys(r.label for r in rows))
     width = 0.8 / max(len(labels), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(workloads) * max(1, len(labels) / 3)), 4))
+    n_bars = len(workloads) * len(labels)
+    fig, ax = plt.subplots(figsize=(min(14, max(6, 0.28 * n_bars + 2)), 4.5))
     top = 1.0
     for j, label in enumerate(labels):
         for i, w in enumerate(workloads):
