@@ -29,6 +29,7 @@ from hakbench.collect.allocstats import route_hits
 from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
+from hakbench.profiles import expand_workloads, resolve_workload
 from hakbench.progress import Progress
 from hakbench.runner import instruction_sample, perf_usable, run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
@@ -154,8 +155,13 @@ class ABResult:
     perf_note: str = ""  # why perf counter runs were not taken, when they were not
     noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
 
+    def role(self, c) -> str:
+        """primary | guardrail | info of a comparison: per (workload, metric) where a command
+        workload set its own (its primary is its time or rate), else per metric."""
+        return self.roles.get((c.workload, c.metric), self.roles.get(c.metric, "info"))
+
     def primary(self) -> list:
-        return [c for c in self.comparisons if self.roles.get(c.metric) == "primary"]
+        return [c for c in self.comparisons if self.role(c) == "primary"]
 
     def verdicts(self) -> dict:
         return {c.workload: c.verdict for c in self.primary()}
@@ -164,7 +170,7 @@ class ABResult:
 def build_cells(spec: ABSpec, builds: dict) -> dict:
     """workload -> (A, B); names, profiles and HAKMEM_* keys are validated here."""
     cells = {}
-    for w in spec.workloads:
+    for w in expand_workloads(spec.workloads):
         b = make_cell(
             spec.allocator,
             w,
@@ -237,6 +243,13 @@ def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
         )
+    if spec.metric != "throughput":
+        for w in expand_workloads(spec.workloads):
+            if resolve_workload(w).command is not None:
+                raise UsageError(
+                    f"--metric {spec.metric} measures harness programs; command workload {w} "
+                    f"is judged on its own {resolve_workload(w).primary_metric} (drop --metric)"
+                )
     return build_cells(spec, builds or {})
 
 
@@ -274,18 +287,23 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     slots, perf_slots, perf_note = [], [], ""
     if spec.metric in TIMED_METRICS:
         slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
-        if spec.perf == "observe" and spec.perf_runs > 0:
-            if perf_usable():
+        harness = [w for w, (a, _) in cells.items() if a.workload.command is None]
+        if spec.perf == "observe" and spec.perf_runs > 0 and harness:
+            if perf_usable():  # command workloads never run under perf (hakbench.command_run)
                 perf_slots = [
                     dataclasses.replace(s, phase="perf")
-                    for s in ab_schedule(list(cells), spec.perf_runs, 0, spec.seed + 1)
+                    for s in ab_schedule(harness, spec.perf_runs, 0, spec.seed + 1)
                 ]
             else:
                 perf_note = "perf is not usable here: no perf counter runs"
+    # the stats-variant runs read the harness's counter dump: harness workloads only
+    observed_cells = {w: ab for w, ab in cells.items() if ab[0].workload.command is None}
     observe = spec.observe and any(
-        "hakmem" in (a.allocator, b.allocator) for a, b in cells.values()
+        "hakmem" in (a.allocator, b.allocator) for a, b in observed_cells.values()
     )
-    n_obs = sum(c.allocator == "hakmem" for ab in cells.values() for c in ab) if observe else 0
+    n_obs = (
+        sum(c.allocator == "hakmem" for ab in observed_cells.values() for c in ab) if observe else 0
+    )
     n_total = n_obs + len(slots) + len(perf_slots)
     n_total += 2 * len(cells) if spec.metric == "instructions" else 0
     progress = Progress(n_total, "ab") if show_progress else None
@@ -298,7 +316,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         return sample
 
     try:
-        for w, (a, b) in cells.items() if observe else ():
+        for w, (a, b) in observed_cells.items() if observe else ():
             for side, cell in (("A", a), ("B", b)):
                 if cell.allocator != "hakmem":
                     continue
@@ -322,13 +340,21 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     samples = store.samples()
     engaged = {
         w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
-        if observe
-        else {"status": "n/a", "detail": "no hakmem side" if spec.observe else "not observed"}
+        if observe and w in observed_cells
+        else {
+            "status": "n/a",
+            "detail": "command workload: no stats run"
+            if w not in observed_cells
+            else "no hakmem side"
+            if spec.observe
+            else "not observed",
+        }
         for w, (a, b) in cells.items()
     }
-    comparisons, roles = analyse(samples, list(cells), spec)
+    comparisons, roles = analyse(samples, list(cells), spec, primaries(cells))
     for c in comparisons:
-        if roles[c.metric] == "primary" and engaged[c.workload]["status"] == "not-engaged":
+        role = roles.get((c.workload, c.metric), roles.get(c.metric))
+        if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
             c.verdict = st.NOT_ENGAGED
     result = ABResult(
         out=store.path,
@@ -420,10 +446,20 @@ def _observe(cell: Cell, spec: ABSpec) -> dict:
     return run_sample(stats_cell, phase="observe", perf=False, stats=True, timeout=spec.timeout)
 
 
-def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):
-    """Comparisons of every metric both sides have; primary and guardrails judged."""
+def primaries(cells: dict) -> dict:
+    """workload -> its judged metric when that is not the spec's: a command workload's own
+    time or rate (hakbench.commandspec)."""
+    return {w: a.workload.primary_metric for w, (a, _) in cells.items() if a.workload.command}
+
+
+def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None):
+    """Comparisons of every metric both sides have; primary and guardrails judged.
+
+    ``own_primary``: workload -> metric for workloads judged on their own metric (command
+    workloads); their roles are keyed ``(workload, metric)``, the others' by metric."""
     comparisons = []
-    roles = {}
+    roles: dict = {}
+    own_primary = own_primary or {}
     if spec.metric == "instructions":
         roles["ir_per_op"] = "primary"
         for w in workloads:
@@ -443,8 +479,8 @@ def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):
             )
             comparisons.append(c)
         return comparisons, roles
-    primary = spec.metric
     for w in workloads:
+        primary = own_primary.get(w, spec.metric)
         pairs = complete_pairs(samples, w)
         names = [m for m in METRICS if any(m in a["metrics"] for a, _ in pairs)]
         for m in names:
@@ -453,20 +489,25 @@ def analyse(samples: list[dict], workloads: list[str], spec: ABSpec):
                 for a, b in pairs
                 if m in a["metrics"] and m in b["metrics"]
             ]
-            roles[m] = "primary" if m == primary else "guardrail" if m in GUARDRAILS else "info"
+            role = "primary" if m == primary else "guardrail" if m in GUARDRAILS else "info"
+            roles[(w, m) if w in own_primary else m] = role
             comparisons.append(
                 st.compare_paired(
                     w, m, [x for x, _ in both], [y for _, y in both], METRICS[m].higher_is_better
                 )
             )
         if not pairs:
-            roles[primary] = "primary"
+            roles[(w, primary) if w in own_primary else primary] = "primary"
             comparisons.append(
                 st.Comparison(w, primary, *([math.nan] * 6), 0, METRICS[primary].higher_is_better)
             )
-    st.judge([c for c in comparisons if roles[c.metric] != "info"], spec.threshold_pct)
+
+    def role(c):
+        return roles.get((c.workload, c.metric), roles.get(c.metric, "info"))
+
+    st.judge([c for c in comparisons if role(c) != "info"], spec.threshold_pct)
     for c in comparisons:
-        if roles[c.metric] == "info":
+        if role(c) == "info":
             c.verdict = ""
     return comparisons, roles
 
@@ -485,7 +526,7 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "workload": c.workload,
                     "metric": c.metric,
                     "source": c.source,
-                    "role": result.roles[c.metric] if c.source != "perf" else "info",
+                    "role": result.role(c) if c.source != "perf" else "info",
                     "a_median": c.a_median,
                     "b_median": c.b_median,
                     "ratio": c.ratio,
@@ -502,7 +543,7 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
         write_pyperf(samples, out / "pyperf")
         plot_paired_ratios(
             samples,
-            result.spec.metric,
+            {w: primaries(result.cells).get(w, result.spec.metric) for w in result.cells},
             list(result.cells),
             out / "paired_ratios.png",
             threshold_pct=result.spec.threshold_pct,

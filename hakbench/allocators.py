@@ -1,13 +1,22 @@
-"""Allocators a cell can run under: libhakmem's build variants and the Debian references.
+"""Allocators a cell can run under: libhakmem's build variants, the Debian references, and
+any shared library the user names by path.
 
 A reference is swapped in by ``LD_PRELOAD`` of Debian's shared library; a missing one is
 reported with the package that provides it, never guessed. ``expect_impl`` is what the
 harness's ``malloc_impl=`` line must contain for a sample to count: it proves the process
-really used the intended allocator.
+really used the intended allocator (the harness prints, via dladdr, the path of the library
+that defines ``malloc``; for command workloads hakbench.hakrun checks /proc/PID/maps).
+
+An allocator spec is a known name, a path (``-a ./libfoo.so``: anything with a ``/`` or
+``.so`` in it) or ``NAME=PATH``. A path allocator is named by its file name unless named
+explicitly; it is remembered for the rest of the process under that name, so cells, labels
+and matrix coordinates carry the name and re-resolve it. A path that is not a readable file
+is a UsageError (one line, exit 2).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +31,9 @@ REFERENCES = {
     "mimalloc": ("libmimalloc.so.2", "libmimalloc2.0"),
     "jemalloc": ("libjemalloc.so.2", "libjemalloc2"),
     "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc-minimal4"),
+    # oneTBB's malloc replacement: the proxy library defines malloc and forwards to
+    # libtbbmalloc.so.2 (same package).
+    "tbbmalloc": ("libtbbmalloc_proxy.so.2", "libtbbmalloc2"),
 }
 KNOWN = ("hakmem", "system", *REFERENCES)
 
@@ -48,13 +60,56 @@ def find_library(soname: str) -> Path | None:
     return None
 
 
+# Allocators given by path in this process: name -> Allocator (see the module doc).
+_BY_PATH: dict[str, Allocator] = {}
+
+
+def impl_marker(library: Path) -> str:
+    """What ``malloc_impl=`` must contain for ``library``: its file name up to ``.so``."""
+    return Path(library).name.split(".so")[0] + ".so"
+
+
+def is_path_spec(spec: str) -> bool:
+    return "=" in spec or "/" in spec or ".so" in spec
+
+
+def _resolve_path_spec(spec: str) -> Allocator:
+    name, eq, path_text = spec.partition("=")
+    if not eq:
+        name, path_text = "", spec
+    name = name.strip().lower()
+    path = Path(path_text.strip()).expanduser()
+    if not path.is_file():
+        raise UsageError(f"allocator library {path_text.strip()!r}: no such file")
+    lib = path.resolve()
+    name = name or path.name.lower()
+    if name in KNOWN or name in ("glibc", "sys"):
+        raise UsageError(
+            f"allocator name '{name}' is taken by a known allocator; name it NAME=PATH"
+        )
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._+-]*", name):
+        raise UsageError(f"allocator name '{name}': use letters, digits, '.', '-', '_'")
+    known = _BY_PATH.get(name)
+    if known is not None and known.preload != lib:
+        raise UsageError(f"two allocators named '{name}' ({known.preload}, {lib}); use NAME=PATH")
+    _BY_PATH[name] = Allocator(name, None, lib, impl_marker(lib))
+    return _BY_PATH[name]
+
+
 def resolve_allocator(name: str, variant: str = "fast", build: Path | None = None) -> Allocator:
-    """Resolve an allocator name; unknown names raise UsageError listing the known ones."""
+    """Resolve an allocator spec (name, PATH or NAME=PATH); unknown names raise UsageError
+    listing the known ones, a missing library file raises UsageError."""
     key = name.strip().lower()
     if key in ("glibc", "sys"):
         key = "system"
+    if key in _BY_PATH:
+        return _BY_PATH[key]
+    if key not in KNOWN and is_path_spec(name):
+        return _resolve_path_spec(name)
     if key not in KNOWN:
-        raise UsageError(f"unknown allocator '{name}'; known: {', '.join(KNOWN)}")
+        raise UsageError(
+            f"unknown allocator '{name}'; known: {', '.join(KNOWN)}, or a library PATH / NAME=PATH"
+        )
     if key == "system":
         return Allocator("system", None, None, "libc.so")
     if key == "hakmem":
@@ -76,7 +131,7 @@ def resolve_allocator(name: str, variant: str = "fast", build: Path | None = Non
         return Allocator(
             key, None, None, soname, False, f"{soname} not found (apt-get install {package})"
         )
-    return Allocator(key, None, lib, soname.split(".so")[0] + ".so")
+    return Allocator(key, None, lib, impl_marker(lib))
 
 
 def available_allocators(build: Path | None = None) -> list[Allocator]:

@@ -49,7 +49,13 @@ class Cell:
         """Stable id: readable parts plus a digest of everything that changes the process."""
         digest = hashlib.sha1(
             json.dumps(
-                [sorted(self.env.items()), self.workload.args, str(self.build or "")],
+                [
+                    sorted(self.env.items()),
+                    self.workload.args,
+                    str(self.build or ""),
+                    *([self.workload.command.fingerprint()] if self.workload.command else []),
+                ],
+                default=str,
             ).encode()
         ).hexdigest()[:8]
         return f"{self.allocator_label}|{self.profile or '-'}|{self.workload.name}|{digest}"
@@ -65,8 +71,12 @@ class Cell:
         return " ".join(parts)
 
     def command(self, args: tuple[str, ...] | list[str] | None = None) -> tuple[list, dict]:
-        """argv and the clean environment of one process of this cell."""
+        """argv and the clean environment of one process of this cell (for a command
+        workload: its declared argv, placeholders unexpanded; hakbench.command_run runs it)."""
         alloc = self.resolved_allocator()
+        cmd = self.workload.command
+        if cmd is not None:
+            return list(cmd.server or cmd.argv), clean_env({**cmd.env, **self.env}, alloc.preload)
         binary = paths.bench_binary(self.workload.program, build=self.build)
         argv = [str(binary), *(self.workload.args if args is None else args)]
         return argv, clean_env(self.env, alloc.preload)

@@ -15,7 +15,7 @@ A matrix file (``profiles/matrices/*.toml``)::
     allocator = ["hakmem", "system", "mimalloc"]
     variant = ["fast"]
     profile = ["C7_SAFE", "BALANCED"]
-    workload = ["mixed", "tiny_hot"]
+    workload = ["mixed", "tiny_hot", "@apps"]   # @GROUP: every workload in that group
     HAKMEM_SOME_SWITCH = [0, 1]   # any HAKMEM_* key is an axis
 
 Variant, profile and ``HAKMEM_*`` axes describe libhakmem only: for a reference allocator
@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hakbench import schedule
-from hakbench.allocators import VARIANTS, resolve_allocator
+from hakbench.allocators import VARIANTS, is_path_spec, resolve_allocator
 from hakbench.errors import MeasurementError, UsageError
 from hakbench.profiles import (
+    expand_workloads,
     load_options,
     load_profiles,
     load_workloads,
     resolve_profile,
-    resolve_workload,
     validate_env,
 )
 
@@ -138,6 +138,8 @@ def _axis_value(axis: str, value) -> str:
     text = str(value)
     if axis == "profile":
         return text.upper()
+    if axis == "allocator" and is_path_spec(text):
+        return text  # a library path keeps its case
     return text.lower() if axis in ("allocator", "workload") else text
 
 
@@ -220,10 +222,8 @@ def expand_coords(spec: MatrixSpec, *, validate_options: bool = True) -> list[di
     Reference allocators collapse the hakmem-only axes. ``validate_options`` checks the
     ``HAKMEM_*`` axes against the built options table (``make_cell`` checks profiles).
     """
-    axes = spec.axes
     workloads = load_workloads()
-    for w in axes["workload"]:
-        resolve_workload(w, workloads)
+    axes = {**spec.axes, "workload": tuple(expand_workloads(spec.axes["workload"], workloads))}
     for a in axes["allocator"]:
         resolve_allocator(a)  # unknown name -> UsageError naming it
     for v in axes.get("variant", ()):
@@ -365,6 +365,8 @@ def cells_meta(cells: list[MatrixCell]) -> list[dict]:
                 "label": mc.label,
                 "coords": mc.coord,
                 "workload_description": mc.cell.workload.description,
+                "primary_metric": mc.cell.workload.primary_metric,
+                "groups": list(mc.cell.workload.groups),
                 "argv": [Path(argv[0]).name, *argv[1:]],
                 "env": dict(sorted(mc.cell.env.items())),
             }
@@ -529,6 +531,12 @@ def run_matrix(
     if metric not in METRIC_OF:
         raise UsageError(f"metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
     cells, skipped = make_matrix_cells(spec, build=build)
+    commands = sorted({c.cell.workload.name for c in cells if c.cell.workload.command})
+    if metric == "instructions" and commands:
+        raise UsageError(
+            f"metric instructions counts harness ops; command workload(s) {', '.join(commands)} "
+            "have none (use metric throughput: they are judged on their own time)"
+        )
     if not cells:
         reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
         raise MeasurementError(f"matrix {spec.name}: no cell can run ({reasons})")
@@ -595,6 +603,8 @@ def run_matrix(
         p
         for p in plan(len(cells), runs, m["warmup"], m["seed"], phase, m.get("instructions", False))
         if (cells[p.index].key, p.phase, p.round) not in done
+        # instruction counts are per harness op: a command workload (a real program) has none
+        and not (p.phase == "instructions" and cells[p.index].cell.workload.command)
     ]
     # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
     group_size = Counter(p.phase == "instructions" for p in todo)
@@ -623,9 +633,18 @@ def write_dir_summary(out_dir: Path) -> list[CellSummary]:
     metrics = [METRIC_OF[m["metric"]]]
     if m.get("instructions") and "ir_per_op" not in metrics:
         metrics.append("ir_per_op")  # the once-per-cell counts taken after the timed rounds
+    harness = [c for c in meta["cells"] if c.get("primary_metric", "throughput") == "throughput"]
     summaries = []
     for metric in metrics:
-        summaries += summarize(samples, meta["cells"], metric, m["reference"])
+        summaries += summarize(samples, harness, metric, m["reference"])
+    # command workloads: their own time or rate, and peak RSS (judged like time, see ab)
+    own = [c for c in meta["cells"] if c not in harness]
+    if m["metric"] == "throughput":
+        for metric in sorted({c["primary_metric"] for c in own}):
+            chosen = [c for c in own if c["primary_metric"] == metric]
+            summaries += summarize(samples, chosen, metric, m["reference"])
+        if own:
+            summaries += summarize(samples, own, "maxrss_kb", m["reference"])
     write_summary_csv(out_dir / "summary.csv", summaries)
     return summaries
 
@@ -650,6 +669,15 @@ SUMMARY_FIELDS = (
 )
 
 
+def metric_digits(metric: str) -> int:
+    """Decimals a matrix prints for ``metric``: seconds to the ms, Ir/op to 0.01."""
+    from hakbench.metrics import METRICS
+
+    if metric == "ir_per_op":
+        return 2
+    return 3 if METRICS[metric].unit == "s" else 0
+
+
 def fmt(value: float | None, digits: int) -> str:
     """Fixed formatting so regenerated files are byte-identical; '' for no value."""
     return "" if value is None else f"{value:.{digits}f}"
@@ -660,7 +688,7 @@ def write_summary_csv(path: Path, summaries: list[CellSummary]) -> None:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(SUMMARY_FIELDS)
         for s in summaries:
-            digits = 2 if s.metric == "ir_per_op" else 0
+            digits = metric_digits(s.metric)
             w.writerow(
                 [
                     s.key,

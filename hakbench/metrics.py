@@ -31,6 +31,18 @@ _ROWS = (
         "~20 ms start-up)",
         "second",
     ),
+    Metric(
+        "cpu_s",
+        "s",
+        False,
+        "command workloads: user + system CPU time of the program and every child it reaped "
+        "(wait4 through hakrun)",
+        "second",
+    ),
+    Metric("app_rate", "/s", True, "command workloads: the rate the workload's regex read"),
+    Metric(
+        "app_time_s", "s", False, "command workloads: the time the workload's regex read", "second"
+    ),
     Metric("user_s", "s", False, "user CPU time of the harness process", "second"),
     Metric("sys_s", "s", False, "system CPU time of the harness process", "second"),
     Metric(
@@ -38,7 +50,8 @@ _ROWS = (
         "KiB",
         False,
         "peak RSS of the harness: its own VmHWM line, not wait4's ru_maxrss (which carries "
-        "the launcher's high-water mark across exec)",
+        "the launcher's high-water mark across exec); of a command workload: wait4's "
+        "ru_maxrss through hakrun (largest process of the reaped tree)",
         "byte",
         1024.0,
     ),

@@ -1,9 +1,12 @@
 """Profiles (named HAKMEM_* env sets with ``extends``) and workloads, from profiles/*.toml.
 
 A profile file: ``name``, optional ``extends`` (another profile's name), ``description`` and
-an ``[env]`` table. ``profiles/workloads.toml``: one table per workload with ``program``,
-``args``, ``description``, optional ``threads`` and ``iters_flag`` (the argument that sets
-the iteration count, zeroed for a start-up-only run). Names match case-insensitively.
+an ``[env]`` table. ``profiles/workloads.toml``: one table per workload. A harness workload
+has ``program``, ``args``, ``description``, optional ``threads`` and ``iters_flag`` (the
+argument that sets the iteration count, zeroed for a start-up-only run); a command workload
+(``kind = "command"``, a real program) is described in hakbench.commandspec. Any workload
+may list ``groups``; ``-w @NAME`` stands for every workload in group NAME (``expand_workloads``).
+Names match case-insensitively.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from hakbench import paths
+from hakbench.commandspec import CommandSpec, parse_command
 from hakbench.errors import UsageError
+
+HARNESS_KEYS = {"kind", "program", "args", "description", "threads", "iters_flag", "groups"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,13 @@ class Workload:
     description: str
     threads: int = 1
     iters_flag: str | None = None
+    groups: tuple[str, ...] = ()
+    command: CommandSpec | None = None  # a command workload (a real program), else harness
+
+    @property
+    def primary_metric(self) -> str:
+        """What judges this workload: the harness's throughput, or the command's time/rate."""
+        return self.command.metric if self.command else "throughput"
 
     def zero_args(self) -> tuple[str, ...]:
         """The same arguments with the iteration count set to 0 (start-up cost only)."""
@@ -136,26 +149,97 @@ def parse_sets(sets: Iterable[str]) -> dict:
     return out
 
 
+def _groups(w: dict, where: str) -> tuple[str, ...]:
+    groups = w.get("groups", [])
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        raise UsageError(f"{where}: groups must be a list of names")
+    return tuple(g.lower() for g in groups)
+
+
+def parse_workload(name: str, w, where: str) -> Workload:
+    """One table of workloads.toml -> Workload; unknown keys and bad values raise UsageError."""
+    if not isinstance(w, dict):
+        raise UsageError(f"{where}: workload '{name}' must be a table")
+    where = f"{where}: workload '{name}'"
+    kind = w.get("kind", "harness")
+    groups = _groups(w, where)
+    threads = w.get("threads", 1)
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise UsageError(f"{where}: threads must be a positive integer")
+    if kind == "command":
+        cmd = parse_command(w, where)
+        return Workload(
+            name.lower(),
+            cmd.argv[0] if cmd.server is None else cmd.server[0],
+            cmd.argv,
+            str(w.get("description", "")),
+            threads,
+            None,
+            groups,
+            cmd,
+        )
+    if kind != "harness":
+        raise UsageError(f"{where}: kind must be harness or command, got {kind!r}")
+    unknown = sorted(set(w) - HARNESS_KEYS)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(HARNESS_KEYS)}"
+        )
+    if "program" not in w:
+        raise UsageError(f"{where} needs a program")
+    return Workload(
+        name.lower(),
+        str(w["program"]),
+        tuple(str(a) for a in w.get("args", [])),
+        str(w.get("description", "")),
+        threads,
+        w.get("iters_flag"),
+        groups,
+    )
+
+
 def load_workloads(path: Path | None = None) -> dict[str, Workload]:
     path = path or paths.profiles_dir() / "workloads.toml"
-    out = {}
-    for name, w in _load_toml(path).items():
-        if not isinstance(w, dict) or "program" not in w:
-            raise UsageError(f"{path}: workload '{name}' needs a program")
-        out[name.lower()] = Workload(
-            name.lower(),
-            str(w["program"]),
-            tuple(str(a) for a in w.get("args", [])),
-            str(w.get("description", "")),
-            int(w.get("threads", 1)),
-            w.get("iters_flag"),
-        )
+    return {
+        name.lower(): parse_workload(name, w, str(path)) for name, w in _load_toml(path).items()
+    }
+
+
+def workload_groups(workloads: Mapping[str, Workload]) -> dict[str, list[str]]:
+    """group -> its workloads' names, in file order."""
+    out: dict[str, list[str]] = {}
+    for w in workloads.values():
+        for g in w.groups:
+            out.setdefault(g, []).append(w.name)
+    return out
+
+
+def expand_workloads(
+    names: Iterable[str], workloads: Mapping[str, Workload] | None = None
+) -> list[str]:
+    """``-w`` values -> workload names: ``@GROUP`` expands to its members (file order),
+    duplicates are dropped; an unknown group or workload raises UsageError."""
+    workloads = workloads if workloads is not None else load_workloads()
+    groups = workload_groups(workloads)
+    out: list[str] = []
+    for name in names:
+        if name.startswith("@"):
+            group = name[1:].lower()
+            if group not in groups:
+                known = ", ".join(f"@{g}" for g in sorted(groups)) or "none"
+                raise UsageError(f"unknown workload group '{name}'; known groups: {known}")
+            members = groups[group]
+        else:
+            members = [resolve_workload(name, workloads).name]
+        out += [m for m in members if m not in out]
     return out
 
 
 def resolve_workload(name: str, workloads: Mapping[str, Workload] | None = None) -> Workload:
     workloads = workloads if workloads is not None else load_workloads()
     key = name.lower()
+    if key.startswith("@"):
+        raise UsageError(f"'{name}' is a group: this takes one workload")
     if key not in workloads:
         raise UsageError(f"unknown workload '{name}'; known: {', '.join(sorted(workloads))}")
     return workloads[key]

@@ -209,7 +209,13 @@ def run_sample(
     timeout: float = 120.0,
     args=None,
 ) -> dict:
-    """One process of ``cell``; never raises for a failed process: the sample says so."""
+    """One process of ``cell``; never raises for a failed process: the sample says so.
+
+    A command workload (a real program) is run by hakbench.command_run, never under perf."""
+    if cell.workload.command is not None:
+        from hakbench.command_run import run_command_sample
+
+        return run_command_sample(cell, phase=phase, timeout=timeout, stats=stats)
     alloc = cell.resolved_allocator()
     sample = new_sample(cell, phase)
     if not alloc.available:

@@ -10,7 +10,7 @@ import click
 from hakbench import ab as engine
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError
 from hakbench.profiles import parse_sets
-from hakbench.report.markdown import VERDICT_HEADER, verdict_rows
+from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
 from hakbench.store import default_run_dir
 
 
@@ -144,9 +144,13 @@ def ab_cmd(
     result = engine.run_ab(spec, out)
     if spec.is_aa:
         click.echo("A/A (no --baseline/--set): a noise check, not an experiment")
-    _print_table(VERDICT_HEADER[:-1], [r[:-1] for r in verdict_rows(result)])
+    judged = {c.workload: c.metric for c in result.primary()}
+    _print_table(
+        [VERDICT_HEADER[0], "judged", *VERDICT_HEADER[1:-1], "peak RSS B/A"],
+        [[r[0], judged[r[0]], *r[1:-1], rss_verdict(result, r[0])] for r in verdict_rows(result)],
+    )
     for g in result.comparisons:
-        if result.roles[g.metric] == "guardrail" and g.verdict not in ("NEUTRAL", ""):
+        if result.role(g) == "guardrail" and g.verdict not in ("NEUTRAL", ""):
             click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")

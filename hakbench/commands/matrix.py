@@ -11,6 +11,7 @@ from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
+from hakbench.report.apps import write_apps_report
 from hakbench.shard import parse_shard
 from hakbench.store import default_run_dir
 
@@ -26,7 +27,7 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
         if s.median is None:
             click.echo(f"  {s.label:<{width}}  {s.status}" + (f": {s.reason}" if s.reason else ""))
             continue
-        digits = 2 if s.metric == "ir_per_op" else 0
+        digits = matrix.metric_digits(s.metric)
         ratio = ""
         if s.ratio is not None:
             ratio = f"  x{s.ratio:.3f} [{s.ratio_ci_low:.3f}, {s.ratio_ci_high:.3f}]"
@@ -113,6 +114,9 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
     if run.reused:
         click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
     print_summaries(run.summaries)
+    apps = write_apps_report(out_dir)
+    if apps:
+        click.echo(f"applications and stress: {apps}")
     click.echo(str(out_dir))
     if not any(s.status == "ok" for s in run.summaries):
         raise MeasurementError(f"no sample of matrix {spec.name} succeeded; see {out_dir}")

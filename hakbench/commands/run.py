@@ -91,6 +91,8 @@ def run_cmd(
         out or default_run_dir(f"run-{cell.allocator_label}-{cell.workload.name}"), fresh=True
     )
     perf_phase_runs = perf_runs if perf_mode == "observe" and perf_usable() else 0
+    if cell.workload.command is not None:  # a real program never runs under perf
+        perf_mode, perf_phase_runs = "off", 0
     store.write_meta(
         collect_meta(
             kind="run",

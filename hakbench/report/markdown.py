@@ -13,6 +13,9 @@ from hakbench.stats import ALPHA, RULE
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (
     "throughput",
+    "app_rate",
+    "app_time_s",
+    "cpu_s",
     "task_clock_ms",
     "user_s",
     "sys_s",
@@ -50,6 +53,17 @@ def fmt_p(p) -> str:
     return "-" if p is None or math.isnan(p) else f"{p:.3g}"
 
 
+def rss_verdict(result, workload: str) -> str:
+    """``NEUTRAL 1.0321`` for the workload's peak-RSS guardrail, ``-`` when not measured."""
+    g = next(
+        (c for c in result.comparisons if c.workload == workload and c.metric == "maxrss_kb"),
+        None,
+    )
+    if g is None or math.isnan(g.ratio):
+        return "-"
+    return f"{g.verdict} {g.ratio:.4f}"
+
+
 def verdict_rows(result) -> list[list[str]]:
     """Workload, verdict, ratio, CI, p, p_holm, pairs, engagement, guardrail verdicts."""
     rows = []
@@ -57,7 +71,7 @@ def verdict_rows(result) -> list[list[str]]:
         guards = [
             f"{g.metric} {g.verdict} ({fmt_ratio(g)})"
             for g in result.comparisons
-            if g.workload == c.workload and result.roles[g.metric] == "guardrail"
+            if g.workload == c.workload and result.role(g) == "guardrail"
         ]
         rows.append(
             [
@@ -187,6 +201,16 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             RULE.format(alpha=ALPHA, threshold=spec.threshold_pct, direction=direction),
             "",
         ]
+        own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
+        if own:
+            lines += [
+                "Command workloads (real programs) are judged the same way on their own metric: "
+                + ", ".join(f"{w}: {m}" for w, m in own.items())
+                + ". A sample whose output differs from glibc's (wrong_output), that crashed, "
+                "timed out or whose preload never showed in /proc/PID/maps is a failed sample, "
+                "never a number.",
+                "",
+            ]
     lines += [
         "NOT-ENGAGED overrides the timing verdict when a routing switch differs between A and "
         "B and the stats run of both sides shows route_hits=0 for its path.",
@@ -262,11 +286,15 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         + {
             "perf": "perf counts the child only, user/sys are its rusage tool events",
             "direct": "hakbench's wait4 of the harness (no wrapper process)",
+            "hakrun": "command workloads: wait4 through hakrun of the program and every "
+            "child it reaped",
         }.get(next(iter(launchers), None) if len(launchers) == 1 else None, "mixed launchers")
         + ".",
         "- maxrss_kb is the harness's `maxrss_kb=` line: VmHWM of its own address space. "
         "wait4's ru_maxrss is not used: Linux carries the launcher's RSS high-water mark "
-        "across exec into it (~70 MB when the launcher is hakbench's Python).",
+        "across exec into it (~70 MB when the launcher is hakbench's Python). Command "
+        "workloads: ru_maxrss from hakrun's wait4 (a small C wrapper, so no Python mark), "
+        "the largest single process of the reaped tree; for a server, the server.",
         f"- Launcher of the measured processes: {', '.join(sorted(map(str, launchers)))}.",
     ]
     lines += [

@@ -11,20 +11,22 @@ from hakbench.stats import median_ci, paired_ratios
 
 def plot_paired_ratios(
     samples: list[dict],
-    metric: str,
+    metric: str | dict,
     workloads: list[str],
     path: Path,
     *,
     threshold_pct: float = 1.0,
 ) -> Path | None:
+    """``metric``: the judged metric, or workload -> its judged metric."""
     panels = []
     for w in workloads:
+        m = metric.get(w) if isinstance(metric, dict) else metric
         pairs = complete_pairs(samples, w)
-        pairs = [(x, y) for x, y in pairs if metric in x["metrics"] and metric in y["metrics"]]
-        a = [x["metrics"][metric] for x, _ in pairs]
-        b = [y["metrics"][metric] for _, y in pairs]
-        panels.append((w, paired_ratios(a, b)))
-    panels = [(w, r) for w, r in panels if len(r)]
+        pairs = [(x, y) for x, y in pairs if m in x["metrics"] and m in y["metrics"]]
+        a = [x["metrics"][m] for x, _ in pairs]
+        b = [y["metrics"][m] for _, y in pairs]
+        panels.append((w, m, paired_ratios(a, b)))
+    panels = [(w, m, r) for w, m, r in panels if len(r)]
     if not panels:
         return None
     import matplotlib  # heavy imports live where they are used: `hakbench --help` stays fast
@@ -34,14 +36,14 @@ def plot_paired_ratios(
 
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
     t = threshold_pct / 100
-    for ax, (w, r) in zip(axes[:, 0], panels, strict=True):
+    for ax, (w, m, r) in zip(axes[:, 0], panels, strict=True):
         med, lo, hi = median_ci(r)
         ax.axhspan(1 - t, 1 + t, color="0.9", label=f"±{threshold_pct:g} % band")
         ax.axhline(1.0, color="0.5", lw=0.8)
         ax.plot(range(len(r)), r, "o", ms=3, color="tab:blue", label="pair B/A")
         ax.axhline(med, color="tab:red", lw=1.2, label=f"median {med:.4f}")
         ax.axhspan(lo, hi, color="tab:red", alpha=0.15, label="95 % CI")
-        ax.set_title(f"{w}: {metric} B/A per pair (n={len(r)})", fontsize=10)
+        ax.set_title(f"{w}: {m} B/A per pair (n={len(r)})", fontsize=10)
         ax.set_xlabel("pair (run order)")
         ax.set_ylabel("B/A")
         ax.legend(fontsize=7, loc="best")
