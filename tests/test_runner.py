@@ -86,7 +86,8 @@ def test_caller_env_does_not_leak(lab, monkeypatch):
 def test_crash_is_recorded_with_signal_and_stderr(lab, launcher):
     s = run_sample(make_cell("system", "crasher"), perf=launcher == "perf")
     if launcher != "perf" or perf_usable():
-        assert s["launcher"] == launcher
+        # perf may lose the status (its SIGCHLD race): the runner re-runs directly, and says so
+        assert s["launcher"] == launcher or s.get("perf_lost_status")
     assert s["status"] == "failed"
     assert s["signal"] == 11 and "SIGSEGV" in s["error"]
     assert "about to fault" in s["stderr_tail"]
