@@ -26,7 +26,7 @@ build=build
 profiles=default
 variants="fast stats debug asan preload"
 matrix_variants=""
-tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_paths preload_programs"
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;

@@ -24,7 +24,7 @@
 # libhakmem, to show that the tests themselves are right.
 
 HAKTEST_DIR     := allocator/tests
-HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free \
+HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release \
     test_paths
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
@@ -51,8 +51,8 @@ HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
 HAKTEST_FLAGS_dynamic :=
 HAKTEST_FLAGS_fast    := -DHAKTEST_LINKS_HAKMEM
 HAKTEST_FLAGS_stats   := -DHAKTEST_LINKS_HAKMEM
-HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -fsanitize=undefined -fno-omit-frame-pointer
-HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_PREFIXED_API -Iallocator/include \
+HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -fsanitize=undefined -fno-omit-frame-pointer
+HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -DHAKTEST_PREFIXED_API -Iallocator/include \
     -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
 HAKTEST_LIB_dynamic :=
 HAKTEST_LIB_fast    := $(BUILD)/fast/libhakmem.a
