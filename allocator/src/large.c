@@ -44,6 +44,11 @@ static hak_large *table;
 static size_t table_capacity; // a power of two
 static size_t table_used;     // live, cached and deleted slots
 static uintptr_t cache[HAK_LARGE_CACHE_COUNT];
+// The last blocks unmapped at free: a miss in the table that names one of them is reported as
+// the double free it most likely is (the lean policy caches nothing to recognise it by).
+#define HAK_LARGE_RECENT 16
+static uintptr_t recently_unmapped[HAK_LARGE_RECENT];
+static unsigned recent_next;
 static unsigned cache_count;
 static size_t cache_bytes;
 
@@ -177,8 +182,11 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
 static hak_large *live_entry(const char *func, void *p) {
     hak_large *e = table_find((uintptr_t)p);
     if (e && !e->cached) return e;
+    int freed = e != NULL;
+    for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
+        freed |= recently_unmapped[i] == (uintptr_t)p;
     pthread_mutex_unlock(&large_lock);
-    hak_fatal_pointer(func, e ? "double free" : "invalid pointer", p);
+    hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
 
 static size_t cache_limit(void) {
@@ -200,6 +208,7 @@ void hak_large_free(void *p) {
     }
     size_t map_size = e->map_size;
     e->block = HAK_LARGE_TOMBSTONE;
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = (uintptr_t)p;
     pthread_mutex_unlock(&large_lock);
     hak_stat_mapped(-(long)map_size);
     hak_os_unmap(p, map_size);
