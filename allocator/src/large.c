@@ -104,9 +104,12 @@ static int table_insert(uintptr_t block, size_t map_size, size_t usable) {
     return 1;
 }
 
+// Only bytes that change are written: chunks shared by several large blocks keep their mark
+// while others are mapped next to them (the free fast path reads the byte without atomics).
 static void mark_registry(uintptr_t block, size_t size) {
     for (uintptr_t c = block >> HAK_SS_SHIFT; c <= (block + size - 1) >> HAK_SS_SHIFT; c++)
-        hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
+        if (hak_registry_get(c << HAK_SS_SHIFT) != HAK_REG_LARGE)
+            hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
 }
 
 // Takes a cached region of at least `need` bytes (and at most a third more) aligned enough;
