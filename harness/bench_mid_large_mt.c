@@ -61,8 +61,7 @@ int main(int argc, char **argv) {
         workers[t].start_line = &start_line;
         workers[t].iters = iters;
         hb_mixed_init(&workers[t].mixed, ws, min_size, max_size, seed + t);
-        int err = pthread_create(&workers[t].thread, NULL, run_worker, &workers[t]);
-        if (err) hb_runtime_error("pthread_create: %s", strerror(err));
+        hb_start_thread(&workers[t].thread, run_worker, &workers[t]);
     }
 
     for (uint64_t t = 0; t < threads; t++)

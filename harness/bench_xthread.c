@@ -91,11 +91,6 @@ static void *run_consumer(void *arg) {
     return NULL;
 }
 
-static void start_thread(pthread_t *thread, void *(*fn)(void *), void *arg) {
-    int err = pthread_create(thread, NULL, fn, arg);
-    if (err) hb_runtime_error("pthread_create: %s", strerror(err));
-}
-
 int main(int argc, char **argv) {
     hb_init("bench_xthread", usage);
     uint64_t pairs = 0, count = 0, min_size = 16, max_size = 1024, seed = 1;
@@ -124,8 +119,8 @@ int main(int argc, char **argv) {
                               .min_size = min_size,
                               .max_size = max_size,
                               .seed = seed + i};
-        start_thread(&pairs_arr[i].producer, run_producer, &pairs_arr[i]);
-        start_thread(&pairs_arr[i].consumer, run_consumer, &pairs_arr[i]);
+        hb_start_thread(&pairs_arr[i].producer, run_producer, &pairs_arr[i]);
+        hb_start_thread(&pairs_arr[i].consumer, run_consumer, &pairs_arr[i]);
     }
 
     for (uint64_t i = 0; i < pairs; i++) {

@@ -151,6 +151,24 @@ void hb_block_overwritten(const unsigned char *block, uint64_t size) {
                      (const void *)block);
 }
 
+/* ---- allocation and threads ---- */
+
+void hb_alloc_failed(const char *function, uint64_t size) {
+    hb_runtime_error("%s(%" PRIu64 ") returned NULL", function, size);
+}
+
+void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg) {
+    int err = pthread_create(thread, NULL, fn, arg);
+    if (err) hb_runtime_error("pthread_create: %s", strerror(err));
+}
+
+void hb_start_detached_thread(void *(*fn)(void *), void *arg) {
+    pthread_t thread;
+    hb_start_thread(&thread, fn, arg);
+    int err = pthread_detach(thread);
+    if (err) hb_runtime_error("pthread_detach: %s", strerror(err));
+}
+
 /* ---- extra work ---- */
 
 static volatile uint64_t extra_work_sink;
@@ -265,6 +283,10 @@ static void print_malloc_impl(void) {
     printf("malloc_impl=%s\n", realpath(object, path) ? path : object);
 }
 
+void hb_print_rss(const char *key) {
+    printf("%s=%ld\n", key, hb_rss_kb());
+}
+
 uint64_t hb_rate(uint64_t ops, double seconds) {
     return seconds > 0 ? (uint64_t)((double)ops / seconds) : 0;
 }
@@ -298,6 +320,11 @@ void hb_print_result(uint64_t ops, double seconds, uint64_t checksum) {
     printf("checksum=%016" PRIx64 "\n", checksum);
     printf("maxrss_kb=%ld\n", peak_rss_kb());
     print_malloc_impl();
+}
+
+void hb_print_result_and_rss_end(uint64_t ops, double seconds, uint64_t checksum) {
+    hb_print_result(ops, ops ? seconds : 0, checksum);
+    hb_print_rss("rss_end_kb");
 }
 
 void hb_flush_stdout(void) {

@@ -5,9 +5,12 @@
 #ifndef HARNESS_COMMON_H
 #define HARNESS_COMMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Exit statuses: 0 success, 1 runtime failure (malloc returned NULL, corruption, thread
  * start failed), 2 bad arguments. */
@@ -87,6 +90,17 @@ static inline uint64_t hb_rng_below(hb_rng *rng, uint64_t n) {
     return (uint64_t)(((unsigned __int128)hb_rng_next(rng) * n) >> 64);
 }
 
+/* Uniform in [lo, hi]. */
+static inline uint64_t hb_rng_between(hb_rng *rng, uint64_t lo, uint64_t hi) {
+    return lo + hb_rng_below(rng, hi - lo + 1);
+}
+
+/* Seeds the stream of one thread in one round (or generation): every (seed, a, b) gets its
+ * own sequence, so a thread's ops do not depend on which threads ran before it. */
+static inline void hb_rng_seed_stream(hb_rng *rng, uint64_t seed, uint64_t a, uint64_t b) {
+    hb_rng_seed(rng, seed ^ hb_mix64(hb_mix64(a + 1) + b));
+}
+
 /* ---- checksum of the op sequence (sizes and slot choices, never pointers) ---- */
 
 #define HB_CHECKSUM_INIT 0xcbf29ce484222325ull
@@ -125,6 +139,43 @@ static inline void hb_verify_block(const unsigned char *block, uint64_t size, un
     if (__builtin_expect(block[0] != tag || block[size - 1] != tag, 0))
         hb_block_overwritten(block, size);
 }
+
+/* Blocks that travel between threads carry their own size: the first 4 bytes hold it and
+ * the last byte a tag derived from it, so whichever thread frees a block can check it. */
+#define HB_SIZED_MIN 8
+
+static inline void hb_fill_sized(unsigned char *block, uint64_t size) {
+    uint32_t size32 = (uint32_t)size;
+    memcpy(block, &size32, sizeof size32);
+    block[size - 1] = hb_block_tag(size);
+}
+/* Returns the block's size; exits with a runtime error when the block was overwritten. */
+static inline uint64_t hb_verify_sized(const unsigned char *block) {
+    uint32_t size32;
+    memcpy(&size32, block, sizeof size32);
+    if (__builtin_expect(size32 < HB_SIZED_MIN || block[size32 - 1] != hb_block_tag(size32), 0))
+        hb_block_overwritten(block, size32);
+    return size32;
+}
+
+/* ---- allocation and threads ---- */
+
+_Noreturn void hb_alloc_failed(const char *function, uint64_t size);
+
+static inline unsigned char *hb_malloc(uint64_t size) {
+    unsigned char *block = malloc(size);
+    if (__builtin_expect(!block, 0)) hb_alloc_failed("malloc", size);
+    return block;
+}
+static inline unsigned char *hb_realloc(void *block, uint64_t size) {
+    unsigned char *moved = realloc(block, size);
+    if (__builtin_expect(!moved, 0)) hb_alloc_failed("realloc", size);
+    return moved;
+}
+
+/* pthread_create or a runtime error. Detached threads are never joined. */
+void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
+void hb_start_detached_thread(void *(*fn)(void *), void *arg);
 
 /* ---- extra work: a dependent multiply chain, N units per op, N fractional ---- */
 
@@ -186,6 +237,9 @@ static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
     return (hb_interval){a.start < b.start ? a.start : b.start, a.end > b.end ? a.end : b.end};
 }
 
+/* Prints `key=N` with the current resident set in KiB (rss_end_kb= and phase figures). */
+void hb_print_rss(const char *key);
+
 /* ops per second as an integer; 0 when no time passed (an empty run). */
 uint64_t hb_rate(uint64_t ops, double seconds);
 
@@ -193,6 +247,10 @@ uint64_t hb_rate(uint64_t ops, double seconds);
  * program's own peak RSS, not the launcher's), malloc_impl=.
  * The program prints its own key=value lines after it and then calls hb_flush_stdout. */
 void hb_print_result(uint64_t ops, double seconds, uint64_t checksum);
+/* The new stress programs: hb_print_result (seconds count as 0 when no op ran, so a
+ * start-up-only run reports no rate) then rss_end_kb=, the resident set now, which the
+ * caller reaches after freeing everything and joining its threads. */
+void hb_print_result_and_rss_end(uint64_t ops, double seconds, uint64_t checksum);
 /* Flushes stdout; a failed write (closed pipe, full disk) is a runtime error. */
 void hb_flush_stdout(void);
 

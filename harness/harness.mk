@@ -1,7 +1,8 @@
 # Harness programs: build/bench/<name> (allocator chosen by LD_PRELOAD) and, once the
 # allocator sources exist, build/bench/<name>_hakmem (libhakmem.a linked in).
 HARNESS_PROGRAMS := bench_random_mixed bench_tiny_hot bench_mid_large_mt bench_xthread bench_soak \
-                    bench_burst
+                    bench_burst bench_churn bench_prodcons_mem bench_large bench_larson \
+                    bench_xmalloc bench_cache_scratch bench_leak_grow
 HARNESS_BIN := $(BUILD)/bench
 HARNESS_OBJ := $(BUILD)/harness
 # -fno-builtin-malloc/free: gcc must not elide or merge the allocations being measured.

@@ -16,9 +16,12 @@ PRELOADS = {
     "mimalloc": SYSTEM_LIBS / "libmimalloc.so.2",
     "jemalloc": SYSTEM_LIBS / "libjemalloc.so.2",
     "tcmalloc": SYSTEM_LIBS / "libtcmalloc_minimal.so.4",
+    "hakmem": Path(__file__).resolve().parent.parent / "build" / "fast" / "libhakmem.so",
 }
+STRESS_KEYS = {"rss_end_kb", "seed"}
 
-# program -> (short arguments, expected ops, program-specific keys)
+# program -> (short arguments, expected ops (a number, or a function of the printed values
+# where the count comes from the random sequence), program-specific keys)
 WORKLOADS = {
     "bench_random_mixed": (
         ["--iters", "20000", "--ws", "64", "--seed", "3"],
@@ -42,8 +45,57 @@ WORKLOADS = {
     ),
     "bench_burst": (
         ["--mb", "4", "--seed", "5"],
-        None,  # blocks until 4 MiB are live, then one free each: ops = 2 x blocks
+        lambda v: 2 * int(v["blocks"]),  # blocks until 4 MiB are live, then one free each
         {"mb", "min", "max", "seed", "blocks", "rss_kb", "rss_peak_kb"},
+    ),
+    "bench_churn": (
+        ["--threads", "3", "--rounds", "3", "--objects", "3000", "--window", "100"]
+        + ["--retain", "500", "--transfer", "64", "--grow-kb", "4"],
+        # per thread and round: each block's malloc and free, the pointer array's reallocs
+        # (512 pointers a step) and its free
+        3 * 3 * (2 * 3000 + 6 + 1),
+        STRESS_KEYS | {"threads", "rounds", "objects", "window", "retain", "transfer"},
+    ),
+    "bench_prodcons_mem": (
+        ["--pairs", "2", "--rounds", "2", "--count", "5000", "--quiet-ms", "20"],
+        2 * 2 * 2 * 5000,
+        STRESS_KEYS
+        | {"rss_after_produce_kb", "rss_after_consume_kb", "rss_quiet_kb", "pairs", "threads"},
+    ),
+    "bench_large": (
+        ["--ops", "40", "--live", "4", "--min", "32768", "--max", "4194304", "--seed", "3"],
+        lambda v: int(v["mallocs"]) + int(v["reallocs"]) + int(v["frees"]),
+        STRESS_KEYS | {"mallocs", "reallocs", "frees", "live", "min", "max"},
+    ),
+    "bench_larson": (
+        ["--threads", "3", "--generations", "4", "--steps", "2000", "--slots", "200"],
+        2 * 3 * 4 * 2000,
+        STRESS_KEYS | {"threads", "generations", "steps", "slots", "min", "max"},
+    ),
+    "bench_xmalloc": (
+        ["--pairs", "2", "--batches", "300", "--batch-size", "50", "--queue", "4"],
+        2 * 2 * 300 * 50,
+        STRESS_KEYS | {"pairs", "threads", "batches", "batch_size", "queue"},
+    ),
+    "bench_cache_scratch": (
+        ["--mode", "scratch", "--threads", "2", "--iters", "200", "--writes", "1000"],
+        2 * 200 * 1000,  # the writes
+        STRESS_KEYS | {"mode", "threads", "iters", "writes", "size"},
+    ),
+    "bench_leak_grow": (
+        ["--rounds", "5", "--steps", "4000", "--ws", "200", "--leak-permille", "50"],
+        lambda v: int(v["mallocs"]) + int(v["frees"]) + int(v["reallocs"]),
+        STRESS_KEYS
+        | {
+            "mallocs",
+            "frees",
+            "reallocs",
+            "rss_leaked_kb",
+            "leaked_kb",
+            "leaked_blocks",
+            "rounds",
+            "steps",
+        },
     ),
 }
 DETERMINISTIC = sorted(WORKLOADS)
@@ -112,9 +164,9 @@ def test_output_contract(bench_dir, program):
     assert proc.stderr == ""
     throughput, values = parse_result(proc.stdout)
     assert CONTRACT_KEYS | extra_keys <= values.keys()
-    if expected_ops is None:
-        expected_ops = 2 * int(values["blocks"])
-    assert int(values["ops"]) == expected_ops
+    if callable(expected_ops):
+        expected_ops = expected_ops(values)
+    assert int(values["ops"]) == expected_ops > 0
     assert re.fullmatch(r"\d+\.\d{6}", values["seconds"])
     seconds = float(values["seconds"])
     assert seconds > 0
@@ -135,6 +187,13 @@ def test_output_contract(bench_dir, program):
         ("bench_xthread", ["--pairs", "1", "--count", "0"]),
         ("bench_soak", ["--epochs", "0", "--epoch-ms", "10"]),
         ("bench_burst", ["--mb", "0"]),
+        ("bench_churn", ["--threads", "2", "--rounds", "0"]),
+        ("bench_prodcons_mem", ["--count", "0", "--quiet-ms", "0"]),
+        ("bench_large", ["--ops", "0"]),
+        ("bench_larson", ["--generations", "0"]),
+        ("bench_xmalloc", ["--batches", "0"]),
+        ("bench_cache_scratch", ["--mode", "thrash", "--iters", "0"]),
+        ("bench_leak_grow", ["--rounds", "0"]),
     ],
 )
 def test_zero_iterations_measure_start_up_only(bench_dir, program, args):
@@ -190,6 +249,13 @@ def test_hakmem_twin_same_checksum_and_names_itself(bench_dir, program):
         ("bench_tiny_hot", ["--size", "64"]),
         ("bench_mid_large_mt", ["--seed", "9"]),
         ("bench_xthread", ["--seed", "9"]),
+        ("bench_churn", ["--seed", "9"]),
+        ("bench_prodcons_mem", ["--seed", "9"]),
+        ("bench_large", ["--seed", "4"]),
+        ("bench_larson", ["--seed", "9"]),
+        ("bench_xmalloc", ["--seed", "9"]),
+        ("bench_cache_scratch", ["--seed", "9"]),
+        ("bench_leak_grow", ["--seed", "9"]),
     ],
 )
 def test_checksum_follows_the_op_sequence(bench_dir, program, changed):
@@ -260,6 +326,26 @@ BAD_ARGUMENTS = [
     ("bench_burst", ["--mb", "-1"]),
     ("bench_burst", ["--mb", "4", "--min", "64", "--max", "8"]),
     ("bench_burst", ["--mb", "4", "--bogus"]),
+    ("bench_churn", ["--threads", "0"]),
+    ("bench_churn", ["--min", "4"]),
+    ("bench_churn", ["--swap-percent", "101"]),
+    ("bench_churn", ["--window", "0"]),
+    ("bench_churn", ["--max", "1024", "--big-max", "512"]),
+    ("bench_prodcons_mem", ["--pairs", "0"]),
+    ("bench_prodcons_mem", ["--rounds", "0"]),
+    ("bench_large", ["--live", "0"]),
+    ("bench_large", ["--min", "65536", "--max", "100"]),
+    ("bench_larson", ["--slots", "0"]),
+    ("bench_larson", ["--threads", "abc"]),
+    ("bench_xmalloc", ["--batch-size", "0"]),
+    ("bench_xmalloc", ["--pairs", "1", "--threads", "2"]),
+    ("bench_cache_scratch", ["--iters", "10"]),
+    ("bench_cache_scratch", ["--mode", "bogus"]),
+    ("bench_cache_scratch", ["--mode"]),
+    ("bench_cache_scratch", ["--mode", "scratch", "--mode", "thrash"]),
+    ("bench_cache_scratch", ["--mode", "thrash", "--size", "0"]),
+    ("bench_leak_grow", ["--leak-permille", "1001"]),
+    ("bench_leak_grow", ["--ws", "0"]),
 ]
 
 

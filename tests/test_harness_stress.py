@@ -1,0 +1,181 @@
+"""The stress programs (bench_churn, bench_prodcons_mem, bench_large, bench_larson,
+bench_xmalloc, bench_cache_scratch, bench_leak_grow) beyond the common contract that
+test_harness.py checks for every program: what each one claims to do shows in its output.
+
+Every run is short and nothing here asserts on time."""
+
+import time
+import tomllib
+
+import pytest
+from test_harness import PRELOADS, parse_result, result_of, run_bench
+
+from hakbench.profiles import load_workloads
+
+STRESS_PROGRAMS = {
+    "bench_churn",
+    "bench_prodcons_mem",
+    "bench_large",
+    "bench_larson",
+    "bench_xmalloc",
+    "bench_cache_scratch",
+    "bench_leak_grow",
+}
+
+
+def kib(values, key):
+    return int(values[key])
+
+
+# ---- the op sequence does not depend on how the threads interleave ----
+
+
+@pytest.mark.parametrize(
+    "program,args",
+    [
+        # a tiny transfer array: the swaps collide all the time
+        (
+            "bench_churn",
+            ["--threads", "4", "--rounds", "3", "--objects", "2000", "--transfer", "8"],
+        ),
+        ("bench_larson", ["--threads", "4", "--generations", "3", "--steps", "3000"]),
+        # a one-batch queue: which consumer takes which batch changes from run to run
+        ("bench_xmalloc", ["--pairs", "3", "--batches", "200", "--queue", "1"]),
+        ("bench_prodcons_mem", ["--pairs", "3", "--count", "2000", "--quiet-ms", "0"]),
+        ("bench_cache_scratch", ["--mode", "thrash", "--threads", "4", "--iters", "100"]),
+    ],
+)
+def test_threaded_checksums_do_not_depend_on_scheduling(bench_dir, program, args):
+    checksums = {result_of(bench_dir, program, args)["checksum"] for _ in range(3)}
+    assert len(checksums) == 1
+
+
+def test_larson_checksum_covers_every_generation(bench_dir):
+    args = ["--threads", "2", "--steps", "1000", "--slots", "100"]
+    two = result_of(bench_dir, "bench_larson", [*args, "--generations", "2"])
+    three = result_of(bench_dir, "bench_larson", [*args, "--generations", "3"])
+    assert two["checksum"] != three["checksum"]
+    assert int(three["ops"]) == 2 * 2 * 3 * 1000
+
+
+def test_cache_scratch_modes_run_the_same_op_sequence(bench_dir):
+    """The two modes differ only in where the first block comes from."""
+    args = ["--threads", "2", "--iters", "50", "--writes", "500", "--size", "16"]
+    scratch = result_of(bench_dir, "bench_cache_scratch", ["--mode", "scratch", *args])
+    thrash = result_of(bench_dir, "bench_cache_scratch", ["--mode", "thrash", *args])
+    assert (scratch["mode"], thrash["mode"]) == ("scratch", "thrash")
+    assert scratch["checksum"] == thrash["checksum"]
+
+
+# ---- memory: the blocks are really there while live ----
+
+
+def test_prodcons_mem_reports_each_phase(bench_dir):
+    count, pairs, max_size = 20000, 2, 1024
+    args = ["--pairs", str(pairs), "--count", str(count), "--min", "512", "--max", str(max_size)]
+    started = time.monotonic()
+    values = result_of(bench_dir, "bench_prodcons_mem", [*args, "--quiet-ms", "300"])
+    assert time.monotonic() - started >= 0.3  # the quiet phase happened
+    # Every block is written at both ends, so each live one holds at least its 512 bytes.
+    live_kb = pairs * count * 512 // 1024
+    assert kib(values, "rss_after_produce_kb") >= live_kb
+    # The kernel's RSS counters lag by up to 64 pages per thread, so VmHWM (maxrss_kb) can
+    # trail a later reading by a little: compare with that slack.
+    slack_kb = 64 * 4 * (2 * pairs + 1)
+    assert kib(values, "maxrss_kb") + slack_kb >= kib(values, "rss_after_produce_kb")
+    for key in ("rss_after_consume_kb", "rss_quiet_kb", "rss_end_kb"):
+        assert 0 < kib(values, key) <= kib(values, "maxrss_kb") + slack_kb
+
+
+def test_large_writes_every_page(bench_dir):
+    """One 64 MiB block, freed at once: the peak holds all of its pages."""
+    size = 64 << 20
+    args = ["--ops", "1", "--live", "1", "--min", str(size), "--max", str(size)]
+    values = result_of(bench_dir, "bench_large", args)
+    assert (values["mallocs"], values["frees"]) == ("1", "1")
+    assert kib(values, "maxrss_kb") >= size // 1024
+
+
+def test_large_frees_everything_it_allocates(bench_dir):
+    args = ["--ops", "60", "--live", "3", "--min", "32768", "--max", "1048576"]
+    values = result_of(bench_dir, "bench_large", args)
+    assert values["mallocs"] == values["frees"]
+    assert int(values["reallocs"]) > 0
+
+
+def test_leak_grow_keeps_the_leak_resident(bench_dir):
+    args = ["--rounds", "10", "--steps", "20000", "--ws", "500", "--buffers", "2"]
+    leaking = result_of(bench_dir, "bench_leak_grow", [*args, "--leak-permille", "200"])
+    assert kib(leaking, "leaked_kb") > 1024
+    assert kib(leaking, "rss_leaked_kb") >= kib(leaking, "leaked_kb")
+    tight = result_of(bench_dir, "bench_leak_grow", [*args, "--leak-permille", "0"])
+    assert (tight["leaked_kb"], tight["leaked_blocks"]) == ("0", "0")
+    assert kib(tight, "rss_leaked_kb") < kib(leaking, "rss_leaked_kb")
+
+
+def test_churn_retained_blocks_survive_rounds(bench_dir):
+    """Blocks kept across rounds are checked by the thread that frees them: a lost or
+    overwritten block would be a runtime error (exit 1)."""
+    args = ["--threads", "2", "--rounds", "6", "--objects", "4000", "--retain", "3000"]
+    proc = run_bench(bench_dir, "bench_churn", args)
+    assert proc.returncode == 0
+
+
+# ---- every allocator runs every stress program at its workload's own arguments ----
+
+
+@pytest.mark.parametrize(
+    "library",
+    [
+        pytest.param(
+            PRELOADS["hakmem"],
+            marks=pytest.mark.skipif(
+                not PRELOADS["hakmem"].exists(), reason="libhakmem.so not built"
+            ),
+        )
+    ],
+)
+def test_stress_workloads_run_under_libhakmem_with_fewer_iterations(bench_dir, library):
+    """The workloads.toml entries themselves (the group hakbench runs as @stress), with the
+    iteration flag cut down, under glibc and libhakmem: same checksum, rss_end_kb."""
+    stress = {n: w for n, w in load_workloads().items() if w.program in STRESS_PROGRAMS}
+    assert {w.program for w in stress.values()} == STRESS_PROGRAMS
+    for name, workload in stress.items():
+        args = list(workload.args)
+        flag = args.index(workload.iters_flag)
+        args[flag + 1] = "1"
+        if workload.program == "bench_churn":
+            args[args.index("--objects") + 1] = "20000"
+        if workload.program == "bench_larson":
+            args[args.index("--steps") + 1] = "5000"
+        if workload.program == "bench_prodcons_mem":
+            args[args.index("--quiet-ms") + 1] = "0"
+        system = result_of(bench_dir, workload.program, args)
+        preloaded = parse_result(
+            run_bench(bench_dir, workload.program, args, preload=library).stdout
+        )[1]
+        assert preloaded["malloc_impl"] == str(library.resolve()), name
+        assert preloaded["checksum"] == system["checksum"], name
+        assert int(preloaded["rss_end_kb"]) > 0, name
+
+
+def test_stress_workloads_name_their_groups(repo_root):
+    table = tomllib.loads((repo_root / "profiles" / "workloads.toml").read_text())
+    stress = sorted(name for name, w in table.items() if "stress" in w.get("groups", []))
+    assert stress == sorted(
+        [
+            "churn",
+            "prodcons_mem",
+            "large",
+            "larson",
+            "xmalloc",
+            "cache_scratch",
+            "cache_thrash",
+            "leak_grow",
+        ]
+    )
+    for name in stress:
+        workload = table[name]
+        assert workload["iters_flag"] in workload["args"], name
+        threads = workload.get("threads", 1)
+        assert (threads > 1) == (name not in {"large", "leak_grow"}), name
