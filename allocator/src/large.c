@@ -27,8 +27,10 @@
 
 #define HAK_OS_PAGE_SIZE      4096
 #define HAK_LARGE_CACHE_COUNT 16
+#ifndef HAK_LARGE_CACHE_BYTES
 #define HAK_LARGE_CACHE_BYTES ((size_t)16 << 20)
-#define HAK_LARGE_TABLE_MIN   1024 // entries (32 KiB)
+#endif
+#define HAK_LARGE_TABLE_MIN 1024 // entries (32 KiB)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
