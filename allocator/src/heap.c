@@ -200,6 +200,8 @@ int hak_heap_adopt(hak_heap *heap) {
     if (ss->pages_in_use == 0 && ss->next) { // all its blocks were freed meanwhile
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
+    } else {
+        hak_os_page_slot_freed(ss); // the slots of pages that emptied while abandoned
     }
     return 1;
 }

@@ -287,16 +287,27 @@ static inline void hak_heap_slow_entry(hak_heap *heap) {
 static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
                                             unsigned scan_limit) {
     hak_page_queue *q = &heap->queue[cls];
-    hak_page *next;
+    hak_page *next, *carvable = NULL, *found = NULL;
     for (hak_page *page = q->first; page && scan_limit; page = next, scan_limit--) {
         next = page->next;
         hak_page_collect(page);
-        if (page->free || hak_page_extend(page, carve_bytes) ||
-            !hak_heap_park_exhausted(heap, page)) {
-            if (page != q->first) hak_heap_move_to_front(heap, page);
-            heap->direct[cls] = page;
-            return page;
+        if (page->free) {
+            found = page;
+            break;
         }
+        // Free blocks anywhere in the queue come before fresh memory: carve only if none.
+        if (page->reserved < page->capacity) {
+            if (!carvable) carvable = page;
+        } else if (!hak_heap_park_exhausted(heap, page)) {
+            found = page; // remote frees raced in
+            break;
+        }
+    }
+    if (!found && carvable && hak_page_extend(carvable, carve_bytes)) found = carvable;
+    if (found) {
+        if (found != q->first) hak_heap_move_to_front(heap, found);
+        heap->direct[cls] = found;
+        return found;
     }
     heap->direct[cls] = q->first ? q->first : &hak_page_empty;
     return NULL;

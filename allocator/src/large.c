@@ -14,9 +14,11 @@
 //   - realloc resizes in place: shrinking unmaps the tail, growing asks mremap to extend the
 //     mapping where it is and, when the neighbourhood is taken, to move it (page tables move,
 //     no byte is copied).
-//   - freed regions go to a small cache (speed-first policy: up to HAK_LARGE_CACHE_COUNT
-//     regions, HAK_LARGE_CACHE_BYTES in all), reused for a request of at most their size and
-//     at least 3/4 of it; the lean policy caches nothing (the memory goes back at free).
+//   - freed regions of up to HAK_LARGE_CACHE_REGION go to a small cache (speed-first policy:
+//     up to HAK_LARGE_CACHE_COUNT regions, HAK_LARGE_CACHE_BYTES in all), reused for a request
+//     of at most their size and at least 3/4 of it; the lean policy caches nothing (the memory
+//     goes back at free). Bigger regions are rarely asked for again at a fitting size (a
+//     vector grown by realloc is freed at its largest), and a cached region stays resident.
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -25,12 +27,11 @@
 #include "internal.h"
 #include "options.h"
 
-#define HAK_OS_PAGE_SIZE      4096
-#define HAK_LARGE_CACHE_COUNT 16
-#ifndef HAK_LARGE_CACHE_BYTES
-#define HAK_LARGE_CACHE_BYTES ((size_t)16 << 20)
-#endif
-#define HAK_LARGE_TABLE_MIN 1024 // entries (32 KiB)
+#define HAK_OS_PAGE_SIZE       4096
+#define HAK_LARGE_CACHE_COUNT  16
+#define HAK_LARGE_CACHE_BYTES  ((size_t)8 << 20)
+#define HAK_LARGE_CACHE_REGION ((size_t)1 << 20) // larger regions are never cached
+#define HAK_LARGE_TABLE_MIN    1024              // entries (32 KiB)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
@@ -203,7 +204,8 @@ void hak_large_free(void *p) {
     hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, e->usable / 1024);
-    if (cache_count < HAK_LARGE_CACHE_COUNT && cache_bytes + e->map_size <= cache_limit()) {
+    if (cache_count < HAK_LARGE_CACHE_COUNT && e->map_size <= HAK_LARGE_CACHE_REGION &&
+        cache_bytes + e->map_size <= cache_limit()) {
         e->cached = 1;
         cache[cache_count++] = e->block;
         cache_bytes += e->map_size;
