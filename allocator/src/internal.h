@@ -232,6 +232,11 @@ void hak_page_clear_full(hak_page *page);
 int hak_page_contains_block(const hak_page *page, uintptr_t p);
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 void hak_page_verify_empty(const hak_page *page);
+#ifdef HAK_DEBUG
+// Debug build, every pop: the next link of a free block must be NULL or another block start
+// of the same page, else something wrote into the freed block (use after free, overflow).
+void hak_page_check_link(const hak_page *page, const hak_block *block);
+#endif
 
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);
@@ -321,6 +326,9 @@ extern uintptr_t hak_remote_key;
 // Pops a block from a page whose free list is not empty.
 static inline void *hak_page_pop(hak_page *page) {
     hak_block *block = page->free;
+#ifdef HAK_DEBUG
+    hak_page_check_link(page, block);
+#endif
     page->free = block->next;
     page->used++;
     return block;

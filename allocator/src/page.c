@@ -74,6 +74,14 @@ void hak_page_collect(hak_page *page) {
     page->used -= count;
 }
 
+#ifdef HAK_DEBUG
+void hak_page_check_link(const hak_page *page, const hak_block *block) {
+    const hak_block *next = block->next;
+    if (next && !hak_page_contains_block(page, (uintptr_t)next))
+        hak_fatal_pointer("malloc", "free list corrupted (write after free?) at block", block);
+}
+#endif
+
 // A page whose `used` came down to 0 (and is about to be given back or retained): every block
 // carved must now be on free or local_free, each once. More (a cycle, a duplicate) or fewer
 // means a block was freed twice or a pointer that was no block was freed. Bounded walk.

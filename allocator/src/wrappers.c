@@ -21,6 +21,9 @@ HAK_EXPORT void *hak_malloc(size_t size) {
         hak_page *page = heap->direct[cls];
         hak_block *block = page->free;
         if (HAK_LIKELY(block != NULL)) {
+#ifdef HAK_DEBUG
+            hak_page_check_link(page, block);
+#endif
             page->free = block->next;
             page->used++;
             HAK_HOT_STAT(heap, fast, cls);
@@ -87,6 +90,9 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
     if (block) {
+#ifdef HAK_DEBUG
+        hak_page_check_link(page, block);
+#endif
         page->free = block->next;
         page->used++;
         HAK_HOT_STAT(heap, fast, cls);

@@ -25,6 +25,7 @@ enum invalid_case {
     INTERLEAVED_DOUBLE_FREE,
     INTERLEAVED_WITH_NEIGHBOURS,
     CROSS_THREAD_DOUBLE_FREE,
+    WRITE_AFTER_FREE,
     CASE_COUNT
 };
 
@@ -39,12 +40,13 @@ static const char *const case_names[] = {"stack pointer",
                                          "free(large + 4096)",
                                          "free a; b; a",
                                          "free a; b; a (live neighbours)",
-                                         "cross-thread double free"};
+                                         "cross-thread double free",
+                                         "write after free"};
 // The kind of error the message must name.
-static const char *const case_kinds[] = {"invalid pointer", "invalid pointer", "invalid pointer",
-                                         "double free",     "double free",     "double free",
-                                         "invalid pointer", "invalid pointer", "invalid pointer",
-                                         "double free",     "double free",     "double free"};
+static const char *const case_kinds[] = {
+    "invalid pointer", "invalid pointer", "invalid pointer",    "double free",     "double free",
+    "double free",     "invalid pointer", "invalid pointer",    "invalid pointer", "double free",
+    "double free",     "double free",     "free list corrupted"};
 
 static void *free_in_thread(void *p) {
     free(p);
@@ -119,6 +121,21 @@ static void commit_invalid_free(enum invalid_case which, int report_fd) {
         if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
         if (pthread_create(&thread, NULL, free_in_thread, bad) != 0) _exit(3);
         pthread_join(thread, NULL);
+        _exit(0);
+    }
+    case WRITE_AFTER_FREE: {
+        // A freed block's link overwritten; the malloc that would follow it reports it
+        // (debug build). Four blocks fill the first carve of a fresh 3 KiB-class page.
+        void *blocks[4];
+        for (int i = 0; i < 4; i++)
+            blocks[i] = malloc(2900);
+        free(blocks[3]);
+        bad = blocks[3];
+        uintptr_t value = (uintptr_t)bad;
+        if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
+        *(volatile uintptr_t *)blocks[3] = 0x4141414141414140;
+        void *again = malloc(2900);
+        (void)again;
         _exit(0);
     }
     case CASE_COUNT:
@@ -201,7 +218,7 @@ int main(void) {
     }
     for (enum invalid_case c = STACK_POINTER; c < CASE_COUNT; c++) {
 #ifndef HAKTEST_DEBUG_BUILD
-        if (c == INTERLEAVED_WITH_NEIGHBOURS) continue;
+        if (c == INTERLEAVED_WITH_NEIGHBOURS || c == WRITE_AFTER_FREE) continue;
 #endif
         run_case(c);
     }
