@@ -255,6 +255,19 @@ void hak_heap_flush_remote(hak_heap *heap) {
     heap->remote_count = 0;
 }
 
+// A remote free went into an abandoned superslab. Every HAK_ABANDONED_FREES_PER_VISIT of them
+// this thread visits two abandoned superslabs (its own batch flushed first, so a page it just
+// emptied counts), so superslabs that only other threads still free into go back once empty
+// even if no thread needs a page and adopts them (a thread that frees what exited threads
+// left, then idles or exits).
+#define HAK_ABANDONED_FREES_PER_VISIT 256
+void hak_heap_note_abandoned_free(hak_heap *heap) {
+    if (++heap->abandoned_frees < HAK_ABANDONED_FREES_PER_VISIT) return;
+    heap->abandoned_frees = 0;
+    hak_heap_flush_remote(heap);
+    hak_superslab_reclaim_abandoned(2);
+}
+
 void hak_heap_sweep(hak_heap *heap) {
     heap->sweep_countdown = HAK_SWEEP_INTERVAL;
     for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {

@@ -142,6 +142,7 @@ typedef struct hak_heap {
     hak_block *remote_first, *remote_last;
     uint32_t remote_count;    // blocks in the batch (flushed at HAK_REMOTE_BATCH_MAX)
     uint32_t sweep_countdown; // slow-path entries until the next hak_heap_sweep
+    uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
@@ -334,6 +335,7 @@ static inline void *hak_page_pop(hak_page *page) {
     return block;
 }
 void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block);
+void hak_heap_note_abandoned_free(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
 void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);

@@ -193,6 +193,7 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, remote_free, page->class_idx);
     hak_heap_free_remote(heap, page, block);
+    if (!atomic_load_explicit(&ss->owner, memory_order_relaxed)) hak_heap_note_abandoned_free(heap);
 }
 
 // Usable size of a live block, after the same checks as free.
