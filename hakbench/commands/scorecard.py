@@ -42,9 +42,9 @@ def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
 
     --refresh runs the scorecard matrix on this machine first and replaces the stored
     samples (history.csv gains one block of rows); with --apps it runs
-    profiles/matrices/apps.toml into results/scorecard-apps/ instead. --check regenerates into a temporary
-    directory and exits 1 when the committed files differ. With no stored samples, exit 2
-    and say how to make them.
+    profiles/matrices/apps.toml into results/scorecard-apps/ instead. --check regenerates
+    into a temporary directory and exits 1 when the committed files differ. With no stored
+    samples, exit 2 and say how to make them.
     """
     results = results or paths.results_dir()
     if check and refresh:
