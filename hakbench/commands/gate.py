@@ -47,8 +47,11 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         wrong = [c for c in chosen if c.lower() not in known and c.upper() not in known]
         if wrong:
             raise UsageError(f"{flag} {wrong[0]!r} is not gated; gated: {', '.join(known)}")
-    if refresh and (workloads or profiles):
-        raise UsageError("--refresh measures every gated cell; drop --workload/--profile")
+    if refresh and (workloads or profiles) and results is None:
+        raise UsageError(
+            "--refresh of the committed baseline measures every gated cell; drop "
+            "--workload/--profile (or write a partial baseline elsewhere with --results)"
+        )
     if workloads or profiles:
         spec = g.GateSpec(
             tuple(p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}),
