@@ -40,6 +40,7 @@ static void *hotheap_v2_alloc_slow(hak_heap *heap, unsigned cls) {
     if (!page) page = reuse_empty_page(heap, cls);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
+        hak_heap_need_memory(heap);
         if (hak_heap_adopt(heap))
             page = hak_heap_scan_queue(heap, cls, HOTHEAP_V2_CARVE_BYTES, ~0u);
         if (!page) page = hak_heap_new_page(heap, cls, HOTHEAP_V2_CARVE_BYTES);

@@ -8,9 +8,12 @@
 static void *legacy_alloc_slow(hak_heap *heap, unsigned cls) {
     hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, ~0u);
-    if (!page && hak_heap_adopt(heap))
-        page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, ~0u);
-    if (!page) page = hak_heap_new_page(heap, cls, HAK_CARVE_STEP_DEFAULT);
+    if (!page) {
+        hak_heap_need_memory(heap);
+        if (hak_heap_adopt(heap))
+            page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, ~0u);
+        if (!page) page = hak_heap_new_page(heap, cls, HAK_CARVE_STEP_DEFAULT);
+    }
     return page ? hak_page_pop(page) : NULL;
 }
 

@@ -13,6 +13,7 @@
 
 static hak_page *v3_backend_refill(hak_heap *heap, unsigned cls) {
     hak_page *page = NULL;
+    hak_heap_need_memory(heap);
     if (hak_heap_adopt(heap))
         page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, V3_SCAN_LIMIT);
     return page ? page : hak_heap_new_page(heap, cls, HAK_CARVE_STEP_DEFAULT);

@@ -13,6 +13,7 @@ static void *tinyheap_alloc_slow(hak_heap *heap, unsigned cls) {
     hak_page *page = hak_heap_scan_queue(heap, cls, HAK_CARVE_WHOLE_PAGE, ~0u);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
+        hak_heap_need_memory(heap);
         if (hak_heap_adopt(heap)) page = hak_heap_scan_queue(heap, cls, HAK_CARVE_WHOLE_PAGE, ~0u);
         if (!page) page = hak_heap_new_page(heap, cls, HAK_CARVE_WHOLE_PAGE);
         if (!page) return NULL;

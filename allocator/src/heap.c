@@ -232,10 +232,10 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
 
 // A free into another heap's page: batched per page. The blocks stay counted as used by
 // their page until flushed, so the page cannot be recycled meanwhile; a run ends when a free
-// goes to a different page, after HAK_REMOTE_BATCH_MAX blocks, when this thread enters an
-// allocation slow path, and at thread exit. So a batch holds at most one page, and not for
-// longer than this thread's next refill.
-#define HAK_REMOTE_BATCH_MAX 64
+// goes to a different page, when this thread enters an allocation slow path, and at thread
+// exit. So a batch holds at most one page, and not for longer than this thread's next refill.
+// (No bound on its length: a batch of any length keeps exactly that one page from emptying,
+// and a count would cost every remote free an increment and a compare.)
 void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page != heap->remote_page) {
         hak_heap_flush_remote(heap);
@@ -244,7 +244,6 @@ void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
     }
     block->next = heap->remote_first;
     heap->remote_first = block;
-    if (++heap->remote_count >= HAK_REMOTE_BATCH_MAX) hak_heap_flush_remote(heap);
 }
 
 void hak_heap_flush_remote(hak_heap *heap) {
@@ -252,7 +251,6 @@ void hak_heap_flush_remote(hak_heap *heap) {
     hak_page_free_remote(heap->remote_page, heap->remote_first, heap->remote_last);
     heap->remote_page = NULL;
     heap->remote_first = heap->remote_last = NULL;
-    heap->remote_count = 0;
 }
 
 // A remote free went into an abandoned superslab. Every HAK_ABANDONED_FREES_PER_VISIT of them
@@ -270,6 +268,9 @@ void hak_heap_note_abandoned_free(hak_heap *heap) {
 
 void hak_heap_sweep(hak_heap *heap) {
     heap->sweep_countdown = HAK_SWEEP_INTERVAL;
+    if (!heap->remote_seen && ++heap->sweep_idle < HAK_SWEEP_IDLE_EVERY) return;
+    heap->remote_seen = 0;
+    heap->sweep_idle = 0;
     for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
         hak_page *next;
         for (hak_page *page = heap->queue[cls].first; page; page = next) {

@@ -140,8 +140,12 @@ typedef struct hak_heap {
     // run of frees into the same page instead of one per block).
     hak_page *remote_page;
     hak_block *remote_first, *remote_last;
-    uint32_t remote_count;    // blocks in the batch (flushed at HAK_REMOTE_BATCH_MAX)
-    uint32_t sweep_countdown; // slow-path entries until the next hak_heap_sweep
+    uint32_t sweep_countdown; // refills the heap could not serve until the next hak_heap_sweep
+    uint32_t sweep_idle;      // sweeps skipped for want of remote frees (see hak_heap_sweep)
+    // Set when this heap collects remote frees from one of its pages (hak_page_collect), i.e.
+    // other threads free into its pages: the evidence that a sweep may find pages they
+    // emptied. Written by the owner only.
+    uint8_t remote_seen;
     uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
@@ -195,6 +199,27 @@ static inline char *hak_page_start(const hak_page *page) {
     return (char *)ss + (index == 0 ? HAK_SS_HEADER_SIZE : index * HAK_PAGE_SIZE);
 }
 
+// p is the start of a block of this page (not an interior or foreign pointer). Reads only
+// fields that stay fixed while the page holds a live block, so other threads may call it.
+static inline int hak_page_contains_block(const hak_page *page, uintptr_t p) {
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    if (!page->in_use || p < start) return 0;
+    uintptr_t offset = p - start;
+    if (offset >= (uintptr_t)page->capacity * page->block_size) return 0;
+    return (uint32_t)offset % page->block_size == 0; // 32-bit: a page is 64 KiB
+}
+
+// The same for a page found from p itself (hak_page_of), so p lies in the page's 64 KiB slot:
+// its offset from the first block is p's offset in the slot, less the header in page 0 (a
+// pointer into the header wraps around to a huge offset). Cheaper than the general form,
+// for the remote free path, which checks every block in full.
+static inline int hak_page_has_block_at(const hak_page *page, uintptr_t p) {
+    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : HAK_SS_HEADER_SIZE;
+    uintptr_t offset = (p & (HAK_PAGE_SIZE - 1)) - header;
+    return page->in_use && offset < (uintptr_t)page->capacity * page->block_size &&
+           (uint32_t)offset % page->block_size == 0;
+}
+
 // --- superslab.c: regions, registry, page slots, abandoned superslabs
 void hak_registry_set(uintptr_t chunk, unsigned value);
 hak_superslab *hak_superslab_acquire(hak_heap *heap);
@@ -228,9 +253,18 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes);
 void hak_page_collect(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
-int hak_page_mark_full(hak_page *page);
 void hak_page_clear_full(hak_page *page);
-int hak_page_contains_block(const hak_page *page, uintptr_t p);
+// Asks to be told about the next remote free. Fails (returns 0) if remote frees are pending
+// or a notifier is busy: the caller must look at the page again later. A page leaving the
+// full list keeps its FULL flag (see hak_heap_page_unfull), so a page that fills up again
+// usually needs no atomic operation here at all.
+static inline int hak_page_mark_full(hak_page *page) {
+    uintptr_t expected = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+    if (expected == HAK_XT_FULL) return 1;
+    expected = 0;
+    return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, HAK_XT_FULL,
+                                                   memory_order_acq_rel, memory_order_relaxed);
+}
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 void hak_page_verify_empty(const hak_page *page);
 #ifdef HAK_DEBUG
@@ -274,19 +308,30 @@ static inline void hak_heap_free_delayed(hak_heap *heap) {
         hak_heap_free_delayed_blocks(heap);
 }
 
-// Every HAK_SWEEP_INTERVAL slow-path entries a heap sweeps: it collects every queued page and
-// hands those that remote frees emptied to their front's page_emptied (exactly as if the last
-// block had come back locally), and it visits a few abandoned superslabs to give back what
-// their remote frees emptied.
-#define HAK_SWEEP_INTERVAL 64
+// A heap sweeps every HAK_SWEEP_INTERVAL times its lists cannot serve a refill (before it
+// adopts or takes a fresh page): it collects every queued page and hands those that remote
+// frees emptied to their front's page_emptied (exactly as if the last block had come back
+// locally), and it visits a few abandoned superslabs to give back what their remote frees
+// emptied. So pages that other threads emptied go back before the heap grows. Counted there
+// and not per slow path, because mid-pool pages of 2-7 blocks enter the slow path on nearly
+// every refill: a counter there costs every refill. A heap that has collected no remote free
+// since its last sweep sweeps only every HAK_SWEEP_IDLE_EVERY intervals (nothing but
+// abandoned superslabs can have changed for it).
+#define HAK_SWEEP_INTERVAL   32
+#define HAK_SWEEP_IDLE_EVERY 16
 void hak_heap_sweep(hak_heap *heap);
 
-// What every front's alloc_slow does first: its own remote batch goes out (a thread about to
-// refill, maybe to block on a lock or in the kernel, holds no other heap's page hostage), the
-// blocks others freed into its full pages come back, and the periodic sweep.
+// What every front's alloc_slow does first: the blocks other threads freed into its full
+// pages come back (as owner frees, which moves those pages back to their queues).
 static inline void hak_heap_slow_entry(hak_heap *heap) {
-    if (heap->remote_page) hak_heap_flush_remote(heap);
     hak_heap_free_delayed(heap);
+}
+
+// What every front does when its own lists cannot serve the refill, before it adopts or takes
+// a fresh page: its remote batch goes out (the thread may now block on a lock or in the
+// kernel, and must hold no other heap's page hostage meanwhile), and the periodic sweep.
+static inline void hak_heap_need_memory(hak_heap *heap) {
+    if (heap->remote_page) hak_heap_flush_remote(heap);
     if (HAK_UNLIKELY(heap->sweep_countdown-- == 0)) hak_heap_sweep(heap);
 }
 

@@ -59,14 +59,18 @@ void hak_page_collect(hak_page *page) {
     while (!atomic_compare_exchange_weak_explicit(&page->xthread_free, &old, old & HAK_XT_FLAGS,
                                                   memory_order_acquire, memory_order_relaxed)) {
     }
+    // Other threads free into this heap's pages: its next sweep looks for pages they emptied.
+    hak_heap *owner = hak_page_local_owner(page); // NULL: full, or collected by a reclaimer
+    if (owner) owner->remote_seen = 1;
     hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
     hak_block *tail = list;
-    int32_t count = 1;
+    int32_t count = 1, used = page->used;
+    int keyed = page->block_size >= 16; // blocks that carry the remote-free key
     for (;; tail = tail->next, count++) {
-        if (page->block_size >= 16) ((uintptr_t *)tail)[1] = 0; // the remote-free key
+        if (keyed) ((uintptr_t *)tail)[1] = 0;
         // More blocks than ever handed out: a block was freed twice (the list may even be a
         // cycle); stop rather than walk it forever.
-        if (count > page->used) hak_fatal_pointer("free", "double free", tail);
+        if (count > used) hak_fatal_pointer("free", "double free", tail);
         if (!tail->next) break;
     }
     tail->next = page->free;
@@ -86,12 +90,16 @@ void hak_page_check_link(const hak_page *page, const hak_block *block) {
 // carved must now be on free or local_free, each once. More (a cycle, a duplicate) or fewer
 // means a block was freed twice or a pointer that was no block was freed. Bounded walk.
 void hak_page_verify_empty(const hak_page *page) {
-    uint32_t count = 0;
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    uint32_t size = page->block_size, reserved = page->reserved, count = 0;
+    uintptr_t carved = (uintptr_t)reserved * size; // no block lies beyond what was carved
     const hak_block *lists[2] = {page->free, page->local_free};
     for (int l = 0; l < 2; l++)
-        for (const hak_block *b = lists[l]; b; b = b->next)
-            if (++count > page->reserved || !hak_page_contains_block(page, (uintptr_t)b))
+        for (const hak_block *b = lists[l]; b; b = b->next) {
+            uintptr_t offset = (uintptr_t)b - start;
+            if (++count > reserved || offset >= carved || (uint32_t)offset % size)
                 hak_fatal_pointer("free", "double free or invalid pointer in the page of", b);
+        }
     if (count != page->reserved)
         hak_fatal_pointer("free", "double free or invalid pointer in the page of",
                           hak_page_start(page));
@@ -142,30 +150,8 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
     }
 }
 
-// Asks to be told about the next remote free. Fails (returns 0) if remote frees are pending
-// or a notifier is busy: the caller must look at the page again later. A page leaving the
-// full list keeps its FULL flag (see hak_heap_page_unfull), so a page that fills up again
-// usually needs no atomic operation here at all.
-int hak_page_mark_full(hak_page *page) {
-    uintptr_t expected = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
-    if (expected == HAK_XT_FULL) return 1;
-    expected = 0;
-    return atomic_compare_exchange_strong_explicit(&page->xthread_free, &expected, HAK_XT_FULL,
-                                                   memory_order_acq_rel, memory_order_relaxed);
-}
-
 void hak_page_clear_full(hak_page *page) {
     atomic_fetch_and_explicit(&page->xthread_free, ~HAK_XT_FULL, memory_order_acq_rel);
-}
-
-// p is the start of a block of this page (not an interior or foreign pointer). Reads only
-// fields that stay fixed while the page holds a live block, so other threads may call it.
-int hak_page_contains_block(const hak_page *page, uintptr_t p) {
-    uintptr_t start = (uintptr_t)hak_page_start(page);
-    if (!page->in_use || p < start) return 0;
-    uintptr_t offset = p - start;
-    if (offset >= (uintptr_t)page->capacity * page->block_size) return 0;
-    return (uint32_t)offset % page->block_size == 0; // 32-bit: a page is 64 KiB
 }
 
 // Debug: is `block` already on one of the owner's free lists? (the full double-free check)

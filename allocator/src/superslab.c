@@ -63,9 +63,13 @@ void hak_superslab_release(hak_superslab *ss) {
     hak_os_superslab_put(ss);
 }
 
+// Prefers a slot whose memory is still resident (freed, not purged yet): no page faults, and
+// the speed-first policy purges fewer slots (it purges once more than HAK_DIRTY_SLOTS_MAX
+// free slots are resident, see os.c).
 hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
-    unsigned i = (unsigned)__builtin_ctz(ss->free_page_mask);
+    uint32_t warm = ss->free_page_mask & ss->dirty_mask;
+    unsigned i = (unsigned)__builtin_ctz(warm ? warm : ss->free_page_mask);
     ss->free_page_mask &= ~(1u << i);
     ss->dirty_mask &= ~(1u << i);
     ss->pages_in_use++;
@@ -144,6 +148,8 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
 }
 
 hak_superslab *hak_superslab_pop_abandoned(void) {
+    // The hint first, here too: every refill the heap cannot serve asks (no call when empty).
+    if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
     hak_superslab *ss = pop_abandoned();
     if (ss) hak_stat_add(ss_os, adopt, 1);
     return ss;

@@ -108,9 +108,16 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     return block;
 }
 
-static hak_heap *current_heap(void) {
+// This thread's heap, created at its first allocation; NULL (errno ENOMEM) if that fails.
+static inline hak_heap *current_heap(void) {
     hak_heap *heap = hak_tls_heap;
-    if (HAK_UNLIKELY(heap == &hak_heap_empty)) heap = hak_thread_init();
+    if (HAK_UNLIKELY(heap == &hak_heap_empty)) {
+        heap = hak_thread_init();
+        if (!heap) errno = ENOMEM;
+        return heap;
+    }
+    // Never NULL otherwise: lets the compiler drop the caller's test on the common path.
+    if (!heap) __builtin_unreachable();
     return heap;
 }
 
@@ -121,16 +128,13 @@ HAK_NOINLINE void *hak_malloc_slow(size_t size) {
         return p;
     }
     hak_heap *heap = current_heap();
-    if (!heap) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (!heap) return NULL;
     return alloc_class(heap, hak_class_of(size));
 }
 
 // Validates that p lies in a region of ours: NULL for a large block (the caller asks
 // large.c), else its superslab, in use.
-static hak_superslab *checked_superslab(const char *func, void *p) {
+static inline hak_superslab *checked_superslab(const char *func, void *p) {
     uintptr_t a = (uintptr_t)p;
     if (a >= HAK_ADDRESS_LIMIT) hak_fatal_pointer(func, "invalid pointer", p);
     unsigned kind = hak_registry_get(a);
@@ -142,13 +146,20 @@ static hak_superslab *checked_superslab(const char *func, void *p) {
     return ss;
 }
 
-// The page of small block p, which must be the start of one of its blocks. A block start in
-// a page slot that is free now was freed with its page.
-static hak_page *checked_page(const char *func, hak_superslab *ss, void *p) {
-    hak_page *page = hak_page_of(ss, (uintptr_t)p);
+// p is no block start of `page`: which error it is. A pointer in a page slot that is free now
+// (past the header) was freed with its page; anything else is no block we handed out.
+__attribute__((noreturn)) HAK_COLD static void bad_block(const char *func, const hak_page *page,
+                                                         const void *p) {
     if (!page->in_use && (uintptr_t)p >= (uintptr_t)hak_page_start(page))
         hak_fatal_pointer(func, "double free", p);
-    if (!hak_page_contains_block(page, (uintptr_t)p)) hak_fatal_pointer(func, "invalid pointer", p);
+    hak_fatal_pointer(func, "invalid pointer", p);
+}
+
+// The page of small block p, which must be the start of one of its blocks (the full check:
+// in a page in use, inside its blocks, at a multiple of the block size).
+static inline hak_page *checked_page(const char *func, hak_superslab *ss, void *p) {
+    hak_page *page = hak_page_of(ss, (uintptr_t)p);
+    if (HAK_UNLIKELY(!hak_page_has_block_at(page, (uintptr_t)p))) bad_block(func, page, p);
     return page;
 }
 
@@ -161,12 +172,21 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     }
     hak_block *block = p;
     hak_heap *heap = hak_tls_heap;
-    if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == heap) {
-        // Owner free that missed the fast path: a full page, or a pointer the fast path
-        // refused. Checked in full (block start, and in the debug build the free lists).
-        hak_page *page = checked_page("free", ss, p);
+    hak_heap *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
+    if (owner == heap) {
+        // Owner free that missed the fast path: mostly a full page (mid-pool pages of 2-7
+        // blocks fill up all the time), so the checks are the fast path's (page in use, no
+        // bits below the block size's power-of-two part); a pointer refused only by the full
+        // block-start check goes to the full check. The remaining interior offsets are caught
+        // when the page empties (hak_page_verify_empty), as on the fast path; the debug build
+        // checks in full and walks the free lists.
+        hak_page *page = hak_page_of(ss, (uintptr_t)p);
 #ifdef HAK_DEBUG
+        checked_page("free", ss, p);
         if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
+#else
+        if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask)))
+            checked_page("free", ss, p);
 #endif
         if (page->used <= 0 || block == page->local_free || block == page->free)
             hak_fatal_pointer("free", "double free", p);
@@ -193,7 +213,7 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, remote_free, page->class_idx);
     hak_heap_free_remote(heap, page, block);
-    if (!atomic_load_explicit(&ss->owner, memory_order_relaxed)) hak_heap_note_abandoned_free(heap);
+    if (!owner) hak_heap_note_abandoned_free(heap);
 }
 
 // Usable size of a live block, after the same checks as free.
@@ -269,10 +289,7 @@ static void *aligned_alloc_impl(size_t alignment, size_t size) {
             cls++;
         if (cls < HAK_CLASS_COUNT) {
             hak_heap *heap = current_heap();
-            if (!heap) {
-                errno = ENOMEM;
-                return NULL;
-            }
+            if (!heap) return NULL;
             return alloc_class(heap, cls);
         }
     }
