@@ -64,11 +64,6 @@ TIMED_METRICS = ("throughput", "task_clock_ms")
 PERF_MODES = ("observe", "each", "off")
 DEFAULT_PERF_MODE = "observe"
 DEFAULT_PERF_RUNS = 3
-PERF_MODE_WHY = (
-    "Measured pairs run without perf by default because on this VM wrapping every sample in "
-    "`perf stat` roughly doubled the width of the throughput CI (4.9-7.5 % against 1.7-4.3 % "
-    "without, same ~2 % A/B at load 2.6-3.6) and halved the detections (1/4 against 3/4)."
-)
 
 SUMMARY_FIELDS = (
     "workload",
@@ -154,6 +149,7 @@ class ABResult:
     perf_counters: list = field(default_factory=list)  # stats.Comparison, source "perf"
     perf_note: str = ""  # why perf counter runs were not taken, when they were not
     noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
+    failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command
@@ -352,10 +348,13 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         for w, (a, b) in cells.items()
     }
     comparisons, roles = analyse(samples, list(cells), spec, primaries(cells))
+    failures = failures_by_workload(samples, list(cells), spec)
     for c in comparisons:
         role = roles.get((c.workload, c.metric), roles.get(c.metric))
         if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
             c.verdict = st.NOT_ENGAGED
+        if role == "primary" and failures[c.workload].verdict:
+            c.verdict = failures[c.workload].verdict  # survivors never decide
     result = ABResult(
         out=store.path,
         spec=spec,
@@ -363,6 +362,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         comparisons=comparisons,
         roles=roles,
         engagement=engaged,
+        failures={w: f.note for w, f in failures.items()},
         failed=[s for s in samples if s["status"] != "ok"],
         unavailable=unmeasured(samples),
         perf_counters=perf_counter_table(samples, list(cells)),
@@ -387,6 +387,17 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     meta["verdicts"] = result.verdicts()
     store.write_meta(meta)
     return result
+
+
+def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
+    """workload -> stats.Failures of its judged samples (the measured pairs, or the
+    instruction counts): FAILED when one side failed more or otherwise than the other."""
+    phase = "instructions" if spec.metric == "instructions" else "measure"
+    out = {}
+    for w in workloads:
+        judged = [s for s in samples if s["workload"] == w and s["phase"] == phase]
+        out[w] = st.failures(*([s for s in judged if s.get("side") == x] for x in "AB"))
+    return out
 
 
 def noise_warning_for(spec: ABSpec) -> str | None:

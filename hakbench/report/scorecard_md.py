@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from hakbench.matrix import CellSummary
-from hakbench.scorecard import MILESTONES, Scorecard, geomean, history_ratios, milestone_of
+from hakbench.scorecard_model import MILESTONES, Scorecard, geomean, history_ratios, milestone_of
 
 DASH = "—"
 
