@@ -25,23 +25,15 @@ from pathlib import Path
 
 from hakbench import stats as st
 from hakbench.cell import Cell, make_cell
-from hakbench.collect.allocstats import route_hits
+from hakbench.collect.allocstats import counter
 from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
-from hakbench.profiles import expand_workloads, resolve_workload
+from hakbench.profiles import expand_workloads, load_options, resolve_workload
 from hakbench.progress import Progress
 from hakbench.runner import instruction_sample, perf_usable, run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import RunStore, write_json, write_pyperf
-
-# A switch that picks a front path -> the stats group whose route_hits shows the path ran.
-ENGAGEMENT_GROUPS = {
-    "HAKMEM_TINY_HOTHEAP_V2": "HOTHEAP_V2_STATS",
-    "HAKMEM_SMALL_HEAP_V3_ENABLED": "SMALL_HEAP_V3_STATS",
-    "HAKMEM_TINY_HEAP_PROFILE": "TINY_HEAP_STATS",
-    "HAKMEM_TINY_HEAP_CLASSES": "TINY_HEAP_STATS",
-}
 
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
 # while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
@@ -198,23 +190,58 @@ def differing_switches(a: Cell, b: Cell) -> dict:
     return {k: (a.env.get(k), b.env.get(k)) for k in sorted(keys) if a.env.get(k) != b.env.get(k)}
 
 
-def engagement(a: Cell, b: Cell, observed: dict) -> dict:
-    """Did the path a differing switch selects run on either side? ``observed``: side ->
-    alloc_stats of that side's stats run (None when it failed)."""
-    switches = {k: v for k, v in differing_switches(a, b).items() if k in ENGAGEMENT_GROUPS}
+def switch_counters(options=None) -> dict:
+    """HAKMEM_* key -> the stats counters (``GROUP.key``) that prove the switch acted: the
+    counters column of the options table (allocator/src/options.h, exported by
+    ``hakmem-options --json``). A switch without counters (a stats or verbosity switch)
+    changes what is printed, not what the allocator does."""
+    rows = load_options() if options is None else options
+    return {o["name"]: list(o.get("counters") or ()) for o in rows}
+
+
+ENGAGED, NOT_ENGAGED, PARTIAL, UNKNOWN = "engaged", "not-engaged", "partial", "unknown"
+
+
+def engagement(a: Cell, b: Cell, observed: dict, options=None) -> dict:
+    """Did every switch that differs between A and B act? ``observed``: side -> the
+    alloc_stats of that side's stats run (None when it failed). A switch acted when one of
+    its counters is non-zero on either side; it did not when all are zero on both.
+    ENGAGED when every switch with counters acted, NOT-ENGAGED when none did, PARTIAL when
+    some did and some did not; unknown when a counter was not reported."""
+    switches = differing_switches(a, b)
     if not switches:
-        return {"status": "n/a", "detail": "no routing switch differs"}
+        return {"status": "n/a", "detail": "no switch differs", "switches": {}}
+    declared = switch_counters(options)
+    per: dict = {}
     notes = []
-    status = "engaged"
     for key in switches:
-        group = ENGAGEMENT_GROUPS[key]
-        hits = {s: route_hits(observed[s], group) if observed.get(s) else None for s in "AB"}
-        notes.append(f"{key} -> {group} route_hits A={hits['A']} B={hits['B']}")
-        if any(h is None for h in hits.values()):
-            status = "unknown" if status == "engaged" else status
-        elif all(h == 0 for h in hits.values()):
-            status = "not-engaged"
-    return {"status": status, "detail": "; ".join(notes)}
+        names = declared.get(key, [])
+        if not names:
+            notes.append(f"{key}: no counter declared")
+            continue
+        values = {
+            n: {s: counter(observed[s], n) if observed.get(s) else None for s in "AB"}
+            for n in names
+        }
+        seen = [v for by_side in values.values() for v in by_side.values()]
+        if any(v for v in seen):
+            per[key] = ENGAGED
+        elif any(v is None for v in seen):
+            per[key] = UNKNOWN
+        else:
+            per[key] = NOT_ENGAGED
+        counts = ", ".join(f"{n} A={v['A']} B={v['B']}" for n, v in values.items())
+        notes.append(f"{key}: {per[key]} ({counts})")
+    found = set(per.values())
+    if not found:
+        status = "n/a"
+    elif ENGAGED in found and NOT_ENGAGED in found:
+        status = PARTIAL
+    elif UNKNOWN in found:
+        status = UNKNOWN
+    else:
+        status = found.pop()
+    return {"status": status, "detail": "; ".join(notes), "switches": per}
 
 
 def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:

@@ -328,15 +328,37 @@ def _cell(env):
     return Cell("hakmem", "fast", "P", Workload("w", "p", (), ""), env)
 
 
+OPTIONS = (
+    {"name": "HAKMEM_TINY_HOTHEAP_V2", "counters": ["HOTHEAP_V2_STATS.route_hits"]},
+    {"name": "HAKMEM_SS_MEM_LEAN", "counters": ["SS_OS_STATS.madvise"]},
+    {"name": "HAKMEM_STATS", "counters": []},
+)
+
+
 def test_engagement_rule():
     a = _cell({"HAKMEM_TINY_HOTHEAP_V2": "0"})
     b = _cell({"HAKMEM_TINY_HOTHEAP_V2": "1"})
     assert differing_switches(a, b) == {"HAKMEM_TINY_HOTHEAP_V2": ("0", "1")}
-    zero = {"HOTHEAP_V2_STATS": {"route_hits": 0}}
-    ran = {"HOTHEAP_V2_STATS": {"route_hits": 12}}
-    assert engagement(a, b, {"A": zero, "B": zero})["status"] == "not-engaged"
-    assert engagement(a, b, {"A": zero, "B": ran})["status"] == "engaged"
-    assert engagement(a, b, {"A": zero, "B": None})["status"] == "unknown"
-    assert engagement(a, a, {"A": zero, "B": zero})["status"] == "n/a"
-    other = _cell({"HAKMEM_SS_MEM_LEAN": "1"})
-    assert engagement(_cell({}), other, {"A": zero, "B": zero})["status"] == "n/a"
+    zero = {"HOTHEAP_V2_STATS": {"route_hits": 0}, "SS_OS_STATS": {"madvise": 0}}
+    ran = {"HOTHEAP_V2_STATS": {"route_hits": 12}, "SS_OS_STATS": {"madvise": 0}}
+    lean = {"HOTHEAP_V2_STATS": {"route_hits": 0}, "SS_OS_STATS": {"madvise": 3}}
+
+    def status(a, b, obs_a, obs_b):
+        return engagement(a, b, {"A": obs_a, "B": obs_b}, OPTIONS)["status"]
+
+    assert status(a, b, zero, zero) == "not-engaged"
+    assert status(a, b, zero, ran) == "engaged"
+    assert status(a, b, zero, None) == "unknown"
+    assert status(a, a, zero, zero) == "n/a"
+    # every differing switch is checked from the table, not only routing switches
+    both = _cell({"HAKMEM_TINY_HOTHEAP_V2": "1", "HAKMEM_SS_MEM_LEAN": "1"})
+    assert status(a, both, zero, ran) == "partial"
+    assert status(a, both, zero, {**ran, **lean, "HOTHEAP_V2_STATS": {"route_hits": 1}}) == (
+        "engaged"
+    )
+    result = engagement(
+        _cell({}), _cell({"HAKMEM_SS_MEM_LEAN": "1"}), {"A": zero, "B": zero}, OPTIONS
+    )
+    assert result["status"] == "not-engaged" and "SS_OS_STATS.madvise A=0 B=0" in result["detail"]
+    # a switch without counters (stats output) proves nothing either way
+    assert status(_cell({}), _cell({"HAKMEM_STATS": "1"}), zero, zero) == "n/a"

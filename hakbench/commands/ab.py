@@ -161,6 +161,9 @@ def ab_cmd(
             click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
+    for w, e in result.engagement.items():
+        if e["status"] in ("not-engaged", "partial", "unknown"):
+            click.echo(f"{w}: {e['status'].upper()}: {e['detail']}")
     for w, note in result.failures.items():
         if note:
             click.echo(f"{w}: {result.verdicts().get(w)}: {note}")

@@ -219,8 +219,11 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
                 "",
             ]
     lines += [
-        "NOT-ENGAGED overrides the timing verdict when a routing switch differs between A and "
-        "B and the stats run of both sides shows route_hits=0 for its path.",
+        "Engagement: every HAKMEM_* switch that differs between A and B is checked against "
+        "the counters its row of the options table names (allocator/src/options.h, "
+        "`hakmem-options --json`) in one stats-build run per side: engaged when one is "
+        "non-zero on either side. NOT-ENGAGED (no differing switch acted) overrides the "
+        "timing verdict; PARTIAL (some acted, some did not) is reported beside it.",
         "",
     ]
     for w, (a, b) in result.cells.items():
