@@ -725,23 +725,18 @@ def write_dir_summary(out_dir: Path) -> list[CellSummary]:
     return summaries
 
 
+# The columns of a cell summary, after what names the cell: matrix summary.csv and
+# results/scorecard.csv write them alike (summary_values).
+SUMMARY_STATS_FIELDS = ("metric", "status", "n", "n_failed", "median", "ci_low", "ci_high")
+SUMMARY_RATIO_FIELDS = ("ratio_ci_low", "ratio_ci_high", "n_pairs", "reason")
 SUMMARY_FIELDS = (
     "cell",
     "label",
     "workload",
-    "metric",
-    "status",
-    "n",
-    "n_failed",
-    "median",
-    "ci_low",
-    "ci_high",
+    *SUMMARY_STATS_FIELDS,
     "reference",
     "ratio",
-    "ratio_ci_low",
-    "ratio_ci_high",
-    "n_pairs",
-    "reason",
+    *SUMMARY_RATIO_FIELDS,
 )
 
 
@@ -759,29 +754,30 @@ def fmt(value: float | None, digits: int) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def summary_values(s: CellSummary, digits: int, reference: str) -> list:
+    """The values of SUMMARY_STATS_FIELDS, the reference, the ratio and SUMMARY_RATIO_FIELDS
+    of one summary, formatted (``digits`` for the metric's own values)."""
+    return [
+        s.metric,
+        s.status,
+        s.n,
+        s.n_failed,
+        fmt(s.median, digits),
+        fmt(s.ci_low, digits),
+        fmt(s.ci_high, digits),
+        reference,
+        fmt(s.ratio, 4),
+        fmt(s.ratio_ci_low, 4),
+        fmt(s.ratio_ci_high, 4),
+        s.n_pairs,
+        s.reason,
+    ]
+
+
 def write_summary_csv(path: Path, summaries: list[CellSummary]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(SUMMARY_FIELDS)
         for s in summaries:
-            digits = metric_digits(s.metric)
-            w.writerow(
-                [
-                    s.key,
-                    s.label,
-                    s.coords["workload"],
-                    s.metric,
-                    s.status,
-                    s.n,
-                    s.n_failed,
-                    fmt(s.median, digits),
-                    fmt(s.ci_low, digits),
-                    fmt(s.ci_high, digits),
-                    s.reference or "",
-                    fmt(s.ratio, 4),
-                    fmt(s.ratio_ci_low, 4),
-                    fmt(s.ratio_ci_high, 4),
-                    s.n_pairs,
-                    s.reason,
-                ]
-            )
+            values = summary_values(s, metric_digits(s.metric), s.reference or "")
+            w.writerow([s.key, s.label, s.coords["workload"], *values])

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from hakbench import paths
 from hakbench.errors import MeasurementError, UsageError
-from hakbench.matrix import fmt, load_matrix, run_matrix, summarize
+from hakbench.matrix import (
+    SUMMARY_RATIO_FIELDS,
+    SUMMARY_STATS_FIELDS,
+    fmt,
+    load_matrix,
+    run_matrix,
+    summarize,
+    summary_values,
+)
 from hakbench.scorecard_model import Scorecard
 from hakbench.store import load_samples, read_json, write_json, write_jsonl
 
@@ -45,19 +53,10 @@ CSV_FIELDS = (
     "variant",
     "profile",
     "switches",
-    "metric",
-    "status",
-    "n",
-    "n_failed",
-    "median",
-    "ci_low",
-    "ci_high",
+    *SUMMARY_STATS_FIELDS,
     "reference",
     "ratio_to_reference",
-    "ratio_ci_low",
-    "ratio_ci_high",
-    "n_pairs",
-    "reason",
+    *SUMMARY_RATIO_FIELDS,
 )
 HISTORY_FIELDS = (
     "date",
@@ -159,7 +158,7 @@ def csv_text(card: Scorecard) -> str:
         switches = ";".join(f"{k}={v}" for k, v in coords.items() if k.startswith("HAKMEM_"))
         for metric, summaries in card.by_metric.items():
             s = summaries[i]
-            digits = REPORT_METRICS[metric]
+            reference = card.reference if s.ratio is not None else ""
             w.writerow(
                 [
                     coords["workload"],
@@ -167,19 +166,7 @@ def csv_text(card: Scorecard) -> str:
                     coords.get("variant", ""),
                     coords.get("profile", ""),
                     switches,
-                    metric,
-                    s.status,
-                    s.n,
-                    s.n_failed,
-                    fmt(s.median, digits),
-                    fmt(s.ci_low, digits),
-                    fmt(s.ci_high, digits),
-                    card.reference if s.ratio is not None else "",
-                    fmt(s.ratio, 4),
-                    fmt(s.ratio_ci_low, 4),
-                    fmt(s.ratio_ci_high, 4),
-                    s.n_pairs,
-                    s.reason,
+                    *summary_values(s, REPORT_METRICS[metric], reference),
                 ]
             )
     return buf.getvalue()
