@@ -162,7 +162,7 @@ def ab_cmd(
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
     for w, e in result.engagement.items():
-        if e["status"] in ("not-engaged", "partial", "unknown"):
+        if e["status"] != "n/a":
             click.echo(f"{w}: {e['status'].upper()}: {e['detail']}")
     for w, note in result.failures.items():
         if note:
