@@ -205,9 +205,12 @@ ENGAGED, NOT_ENGAGED, PARTIAL, UNKNOWN = "engaged", "not-engaged", "partial", "u
 def engagement(a: Cell, b: Cell, observed: dict, options=None) -> dict:
     """Did every switch that differs between A and B act? ``observed``: side -> the
     alloc_stats of that side's stats run (None when it failed). A switch acted when one of
-    its counters is non-zero on either side; it did not when all are zero on both.
-    ENGAGED when every switch with counters acted, NOT-ENGAGED when none did, PARTIAL when
-    some did and some did not; unknown when a counter was not reported."""
+    its counters differs between A and B (the path ran on one side only, the policy gave
+    back more or less); it did not when each counter is the same on both sides (zero, or
+    what both sides do anyway). ENGAGED when every switch with counters acted, NOT-ENGAGED
+    when none did, PARTIAL when some did and some did not; unknown when a counter was not
+    reported. Counters of multi-threaded workloads vary from run to run, so there a
+    difference is weaker evidence than on the deterministic single-threaded programs."""
     switches = differing_switches(a, b)
     if not switches:
         return {"status": "n/a", "detail": "no switch differs", "switches": {}}
@@ -224,10 +227,10 @@ def engagement(a: Cell, b: Cell, observed: dict, options=None) -> dict:
             for n in names
         }
         seen = [v for by_side in values.values() for v in by_side.values()]
-        if any(v for v in seen):
-            per[key] = ENGAGED
-        elif any(v is None for v in seen):
+        if any(v is None for v in seen):
             per[key] = UNKNOWN
+        elif any(v["A"] != v["B"] for v in values.values()):
+            per[key] = ENGAGED
         else:
             per[key] = NOT_ENGAGED
         counts = ", ".join(f"{n} A={v['A']} B={v['B']}" for n, v in values.items())

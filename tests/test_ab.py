@@ -348,6 +348,7 @@ def test_engagement_rule():
 
     assert status(a, b, zero, zero) == "not-engaged"
     assert status(a, b, zero, ran) == "engaged"
+    assert status(a, b, ran, ran) == "not-engaged"  # both sides route there anyway
     assert status(a, b, zero, None) == "unknown"
     assert status(a, a, zero, zero) == "n/a"
     # every differing switch is checked from the table, not only routing switches

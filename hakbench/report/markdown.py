@@ -221,8 +221,8 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     lines += [
         "Engagement: every HAKMEM_* switch that differs between A and B is checked against "
         "the counters its row of the options table names (allocator/src/options.h, "
-        "`hakmem-options --json`) in one stats-build run per side: engaged when one is "
-        "non-zero on either side. NOT-ENGAGED (no differing switch acted) overrides the "
+        "`hakmem-options --json`) in one stats-build run per side: engaged when one of them "
+        "differs between A and B. NOT-ENGAGED (no differing switch acted) overrides the "
         "timing verdict; PARTIAL (some acted, some did not) is reported beside it.",
         "",
     ]
