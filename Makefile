@@ -24,6 +24,10 @@ HAKBENCH := $(VENV)/bin/hakbench
 -include harness/harness.mk
 -include allocator/pgo.mk
 
+# every C file clang-format checks (make lint) and rewrites (make format)
+C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h \
+    hakbench/native/*.c
+
 .PHONY: setup build demo test test-c test-py lint format clean bench-alloc
 
 setup: $(VENV)/.setup-stamp
@@ -54,14 +58,14 @@ lint: setup
 	$(VENV)/bin/ruff check hakbench tests
 	$(VENV)/bin/ruff format --check hakbench tests
 	@if command -v clang-format >/dev/null; then \
-	  clang-format --dry-run --Werror allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h 2>&1 | head -40; \
-	  clang-format --dry-run --Werror allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h >/dev/null 2>&1 || { echo "clang-format: run 'make format'"; exit 1; }; \
+	  clang-format --dry-run --Werror $(C_SOURCES) 2>&1 | head -40; \
+	  clang-format --dry-run --Werror $(C_SOURCES) >/dev/null 2>&1 || { echo "clang-format: run 'make format'"; exit 1; }; \
 	else echo "note: clang-format missing, C formatting not checked"; fi
 
 format: setup
 	$(VENV)/bin/ruff format hakbench tests
 	$(VENV)/bin/ruff check --fix hakbench tests
-	clang-format -i allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h
+	clang-format -i $(C_SOURCES)
 
 # libhakmem vs glibc and mimalloc on the seed workloads: interleaved throughput (median ops/s,
 # per-round ratio to mimalloc), then one exact callgrind count per cell (instructions/op).

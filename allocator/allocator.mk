@@ -3,6 +3,7 @@
 #   build/stats/libhakmem.{so,a}       as fast, plus every hot-path counter (HAK_STATS_HOT)
 #   build/debug/libhakmem.{so,a}       -O1 -g, assertions + full double-free checks, UBSan
 #   build/debug-asan/libhakmem_prefixed.a  debug checks under ASan+UBSan, exports only hak_*
+#   build/debug-tsan/libhakmem_prefixed.a  the fast paths under ThreadSanitizer, exports only hak_*
 #   build/bin/hakmem-options           prints the options table (--json for tools)
 # Objects live in build/obj/<variant>/; dependency files (-MMD) make rebuilds incremental.
 
@@ -19,12 +20,15 @@ HAK_CFLAGS_debug      := -O1 -g -DHAK_DEBUG=1 -DHAK_STATS_HOT=1 -fsanitize=undef
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 HAK_CFLAGS_debug-asan := -O1 -g -DHAK_DEBUG=1 -DHAK_STATS_HOT=1 -DHAK_PREFIXED_ONLY=1 \
     -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# ThreadSanitizer: no HAK_DEBUG, so the owner and remote fast paths run as in the fast build.
+HAK_CFLAGS_debug-tsan := -O1 -g -DHAK_STATS_HOT=1 -DHAK_PREFIXED_ONLY=1 -fsanitize=thread \
+    -fno-omit-frame-pointer
 HAK_LDFLAGS_debug     := -fsanitize=undefined
 
 HAK_LIBS := $(BUILD)/fast/libhakmem.so $(BUILD)/fast/libhakmem.a \
     $(BUILD)/stats/libhakmem.so $(BUILD)/stats/libhakmem.a \
     $(BUILD)/debug/libhakmem.so $(BUILD)/debug/libhakmem.a \
-    $(BUILD)/debug-asan/libhakmem_prefixed.a
+    $(BUILD)/debug-asan/libhakmem_prefixed.a $(BUILD)/debug-tsan/libhakmem_prefixed.a
 HAK_OPTIONS_TOOL := $(BUILD)/bin/hakmem-options
 
 .PHONY: allocator
@@ -50,12 +54,15 @@ $(BUILD)/$(1)/libhakmem.so: $(call hak_objs,$(1))
 	$$(CC) -shared -o $$@ $$^ $$(HAK_LDFLAGS_$(1)) -lpthread
 endef
 
-$(foreach v,fast stats debug debug-asan,$(eval $(call HAK_VARIANT_RULES,$(v))))
+$(foreach v,fast stats debug debug-asan debug-tsan,$(eval $(call HAK_VARIANT_RULES,$(v))))
 $(foreach v,fast stats debug,$(eval $(call HAK_LIBRARY_RULES,$(v))))
 
-$(BUILD)/debug-asan/libhakmem_prefixed.a: $(call hak_objs,debug-asan)
-	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+define HAK_PREFIXED_RULES
+$(BUILD)/$(1)/libhakmem_prefixed.a: $(call hak_objs,$(1))
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach v,debug-asan debug-tsan,$(eval $(call HAK_PREFIXED_RULES,$(v))))
 
 $(HAK_OPTIONS_TOOL): allocator/tools/hakmem_options.c $(BUILD)/fast/libhakmem.a
 	@mkdir -p $(@D)

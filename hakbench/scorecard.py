@@ -42,6 +42,11 @@ REPORT_METRICS = {"throughput": 0, "maxrss_kb": 0, "minflt": 0, "ir_per_op": 2}
 KEPT_FIELDS = ("seq", "cell", "round", "pair", "side", "phase", "status", "error", "metrics")
 KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sample used
 
+# The applications-and-stress section: profiles/matrices/apps.toml, stored apart (its rounds
+# are seconds long, so it is refreshed on its own: `scorecard --refresh --apps`).
+APPS_STORED_DIR = "scorecard-apps"
+APPS_KEPT_METRICS = ("cpu_s", "wall_s", "app_time_s", "app_rate", "throughput", "maxrss_kb")
+
 CSV_NAME = "scorecard.csv"
 MD_NAME = "SCORECARD.md"
 HISTORY_NAME = "history.csv"
@@ -74,18 +79,23 @@ def default_matrix() -> Path:
     return paths.profiles_dir() / "matrices" / "scorecard.toml"
 
 
-def stored_dir(results: Path) -> Path:
-    return results / STORED_DIR
+def stored_dir(results: Path, name: str = STORED_DIR) -> Path:
+    return results / name
 
 
-def load_stored(results: Path) -> tuple[list[dict], dict]:
+def apps_matrix() -> Path:
+    return paths.profiles_dir() / "matrices" / "apps.toml"
+
+
+def load_stored(results: Path, name: str = STORED_DIR) -> tuple[list[dict], dict]:
     """The stored samples and meta; none stored is bad input (exit 2) with the fix."""
-    d = stored_dir(results)
+    d = stored_dir(results, name)
     samples_file, meta_file = d / "samples.jsonl", d / "meta.json"
     if not samples_file.exists() or not meta_file.exists():
+        flag = " --apps" if name == APPS_STORED_DIR else ""
         raise UsageError(
             f"no stored scorecard samples in {d} (samples.jsonl + meta.json); "
-            "run `hakbench scorecard --refresh` first"
+            f"run `hakbench scorecard --refresh{flag}` first"
         )
     samples = load_samples(samples_file)
     if not samples:
@@ -193,19 +203,47 @@ def render(results: Path, out: Path | None = None) -> list[Path]:
     card = build_scorecard(samples, meta, read_history(results / HISTORY_NAME))
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in (
-        (CSV_NAME, csv_text(card)),
-        (HISTORY_NAME, history_text(card.history)),
-        (MD_NAME, scorecard_markdown(card)),
-    ):
-        (out / name).write_text(text)
-        written.append(out / name)
     plots = out / PLOTS_DIR
     if plots.exists():
         shutil.rmtree(plots)  # no stale plots of workloads that left the matrix
     plots.mkdir()
+    markdown = scorecard_markdown(card)
+    if (stored_dir(results, APPS_STORED_DIR) / "meta.json").exists():
+        section, apps_plots = apps_section(results, plots)
+        markdown = markdown.rstrip("\n") + "\n\n" + section
+        written += apps_plots
+    for name, text in (
+        (CSV_NAME, csv_text(card)),
+        (HISTORY_NAME, history_text(card.history)),
+        (MD_NAME, markdown),
+    ):
+        (out / name).write_text(text)
+        written.append(out / name)
     written += draw_plots(card, plots)
     return written
+
+
+def apps_section(results: Path, plots: Path) -> tuple[str, list[Path]]:
+    """The applications-and-stress section of SCORECARD.md and its two charts, from the
+    samples stored in ``results/scorecard-apps/`` alone."""
+    from hakbench.report.apps import apps_markdown, apps_rows, linkage_notes, plot_ratios
+
+    samples, meta = load_stored(results, APPS_STORED_DIR)
+    rows = apps_rows(samples, meta)
+    ref = meta["matrix"]["reference"]["allocator"]
+    charts = [
+        plot_ratios(rows, "time_ratio", f"time relative to {ref}", plots / "apps_time.png"),
+        plot_ratios(rows, "memory_ratio", f"peak RSS relative to {ref}", plots / "apps_memory.png"),
+    ]
+    text = apps_markdown(rows, meta, linkage_notes(samples, meta))
+    text = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+    text = text.replace("](apps_", f"]({PLOTS_DIR}/apps_")
+    where = (
+        f"Stored in `results/{APPS_STORED_DIR}/` (`hakbench scorecard --refresh --apps`, "
+        f"{meta.get('date', '?')}, commit {(meta.get('git') or {}).get('commit', '?')[:10]})."
+    )
+    head, _, rest = text.partition("\n")
+    return f"{head}\n\n{where}\n{rest}\n", charts
 
 
 def check(results: Path) -> list[str]:
@@ -254,30 +292,38 @@ def check(results: Path) -> list[str]:
     return problems
 
 
-def compact_sample(sample: dict) -> dict:
+def compact_sample(sample: dict, metrics_kept=REPORT_METRICS) -> dict:
     """The part of a sample the scorecard needs; stderr only for a sample that failed."""
     out = {k: sample.get(k) for k in KEPT_FIELDS}
     out.update({k: sample[k] for k in KEPT_IF_PRESENT if sample.get(k)})
+    if (sample.get("process") or {}).get("malloc_impl"):  # a command workload's preload probe
+        out["process"] = {"malloc_impl": sample["process"]["malloc_impl"]}
     metrics = sample.get("metrics") or {}
-    out["metrics"] = {k: v for k, v in metrics.items() if k in REPORT_METRICS}
+    out["metrics"] = {k: v for k, v in metrics.items() if k in metrics_kept}
     if sample.get("status") != "ok":
         out["stderr_tail"] = sample.get("stderr_tail", "")
     return out
 
 
-def store_refresh(run_dir: Path, results: Path, extra_meta: dict) -> Path:
-    """Copy a finished matrix run into ``results/scorecard/``, compacted."""
+def store_refresh(
+    run_dir: Path,
+    results: Path,
+    extra_meta: dict,
+    name: str = STORED_DIR,
+    metrics_kept=REPORT_METRICS,
+) -> Path:
+    """Copy a finished matrix run into ``results/<name>/``, compacted."""
     samples = load_samples(run_dir / "samples.jsonl")
     meta = read_json(run_dir / "meta.json")
     meta.update(extra_meta)
     meta["matrix"].pop("text", None)
     meta.pop("cwd", None)
-    d = stored_dir(results)
+    d = stored_dir(results, name)
     tmp = d.with_name(d.name + ".new")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    write_jsonl(tmp / "samples.jsonl", [compact_sample(s) for s in samples])
+    write_jsonl(tmp / "samples.jsonl", [compact_sample(s, metrics_kept) for s in samples])
     write_json(tmp / "meta.json", meta)
     if d.exists():
         shutil.rmtree(d)
@@ -293,17 +339,20 @@ def refresh(
     runs: int | None = None,
     command: list[str] | str | None = None,
     on_sample=None,
+    apps: bool = False,
 ) -> Path:
     """Run the scorecard matrix, store its samples, append history, regenerate the files.
 
     ``quick`` runs the matrix's quick_runs rounds and skips its instruction counts.
+    ``apps`` runs the applications-and-stress matrix (``profiles/matrices/apps.toml``) into
+    ``results/scorecard-apps/`` instead; it has no history and no instruction counts.
 
     The full run stays in ``results/runs/<id>/``; the stored scorecard is replaced only when
     the run finished and at least one sample succeeded.
     """
     from hakbench.store import default_run_dir
 
-    spec = load_matrix(matrix or default_matrix())
+    spec = load_matrix(matrix or (apps_matrix() if apps else default_matrix()))
     runs = runs or (spec.quick_runs if quick else spec.runs)
     run_dir = results / "runs" / default_run_dir(f"scorecard-{spec.name}").name
     run = run_matrix(
@@ -312,7 +361,7 @@ def refresh(
         runs=runs,
         command=command,
         on_sample=on_sample,
-        instructions=spec.instructions and not quick,
+        instructions=spec.instructions and not quick and not apps,
     )
     if not any(s.status == "ok" for s in run.summaries):
         reasons = sorted({s.reason for s in run.summaries})
@@ -320,7 +369,12 @@ def refresh(
             f"no cell of the scorecard succeeded ({'; '.join(reasons)[:300]}); "
             f"stored scorecard left as it was; samples in {run_dir}"
         )
-    store_refresh(run_dir, results, {"quick": quick, "full_run": str(run_dir.name)})
+    extra = {"quick": quick, "full_run": str(run_dir.name)}
+    if apps:
+        store_refresh(run_dir, results, extra, APPS_STORED_DIR, APPS_KEPT_METRICS)
+        render(results)
+        return run_dir
+    store_refresh(run_dir, results, extra)
     samples, meta = load_stored(results)
     history_file = results / HISTORY_NAME
     card = build_scorecard(samples, meta, [])

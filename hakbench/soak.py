@@ -130,7 +130,14 @@ class Thresholds:
 
     rss_pct_per_h: float = 5.0  # RSS may grow at most this fast
     ops_pct_per_h: float = 5.0  # ops/s may decline at most this fast
-    cv_pct: float = 2.0  # ops/s CV across epochs must stay <= this
+    # ops/s CV across epochs must stay <= this; None: reported, not judged. Off by default:
+    # on a shared VM that flips between two speed modes every allocator's CV is 10-50 %
+    # (measured here), so a default budget would fail every soak for the machine's sake.
+    cv_pct: float | None = None
+    # An RSS trend is judged only once the soak saw this much growth: in a short soak RSS
+    # moves by a few pages as heaps settle (glibc: +12 KiB in 8 s = +125 %/h), which is no
+    # leak; an injected 4 MiB/s leak grows by far more.
+    rss_min_growth_kib: float = 1024.0
     syscalls_per_kop: float = 1.0  # mmap+munmap+madvise+brk+mremap per 1000 ops
 
 
@@ -558,9 +565,16 @@ def run_figures(run: SoakRun, warmup_epochs: int, thresholds: Thresholds) -> dic
         "total_ops": run.total_ops,
         "wall_s": round(run.wall_s, 3),
         "verdicts": {
-            "rss_trend": soakstats.trend_verdict(rss_trend, thresholds.rss_pct_per_h, rising=True),
+            "rss_trend": soakstats.trend_verdict(
+                rss_trend,
+                thresholds.rss_pct_per_h,
+                rising=True,
+                resolved=_growth_kib(rss_t, rss) >= thresholds.rss_min_growth_kib,
+            ),
             "ops_trend": soakstats.trend_verdict(ops_trend, thresholds.ops_pct_per_h, rising=False),
-            "ops_cv": soakstats.verdict(cv, thresholds.cv_pct, upper=True),
+            "ops_cv": "n/a"
+            if thresholds.cv_pct is None
+            else soakstats.verdict(cv, thresholds.cv_pct, upper=True),
             "syscalls": soakstats.verdict(per_kop, thresholds.syscalls_per_kop, upper=True),
         },
         "syscall_budget": run.syscall_budget,
@@ -568,6 +582,14 @@ def run_figures(run: SoakRun, warmup_epochs: int, thresholds: Thresholds) -> dic
         "stderr_tail": run.stderr_tail if run.status != "complete" else "",
         "argv": run.argv,
     }
+
+
+def _growth_kib(times_s: list, rss_kb: list) -> float:
+    """RSS growth over the steady epochs by the fitted trend (KiB; 0 with too few points)."""
+    slope = soakstats.slope_per_hour(times_s, rss_kb)
+    if slope is None or len(times_s) < 2:
+        return 0.0
+    return slope * (times_s[-1] - times_s[0]) / 3600.0
 
 
 def failed_verdicts(summary: dict) -> list[str]:

@@ -133,12 +133,18 @@ def drift_pct_per_hour(
     return float(_seconds_to_hours(drift / span_s)) if span_s > 0 else None
 
 
-def trend_verdict(trend: dict | None, budget_pct_per_h: float, *, rising: bool) -> str:
+def trend_verdict(
+    trend: dict | None, budget_pct_per_h: float, *, rising: bool, resolved: bool = True
+) -> str:
     """FAIL when the trend goes the bad way (``rising``: up) faster than the budget and its
     interval excludes zero (the trend is there, not noise); PASS otherwise; n/a without one.
-    The rule of ``ab`` in small: a size beyond the threshold and an interval clear of none."""
+    The rule of ``ab`` in small: a size beyond the threshold and an interval clear of none.
+    ``resolved`` False (the change over the soak is below what the measurement can resolve,
+    e.g. a few pages of RSS) is a PASS whatever the extrapolation per hour says."""
     if trend is None:
         return "n/a"
+    if not resolved:
+        return "PASS"
     low, high = trend["ci"]
     if rising:
         bad = trend["pct_per_h"] > budget_pct_per_h and low > 0

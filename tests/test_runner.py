@@ -56,7 +56,10 @@ def test_real_harness_sample(lab, perf):
     assert s["status"] == "ok", s
     m = s["metrics"]
     assert m["throughput"] > 0 and m["maxrss_kb"] > 0 and m["page_faults"] > 0
-    assert "user_s" in m and "sys_s" in m
+    # perf 6.1 sometimes does not reap its child (see runner's docstring): its tool times are
+    # then declared unavailable, never reported as 0
+    for t in ("user_s", "sys_s"):
+        assert (t in m and m[t] >= 0) or (perf and t in s["unavailable"])
     assert s["harness"]["checksum"]
     if perf and perf_usable():
         assert "task_clock_ms" in m and "nvcsw" in s["unavailable"]
@@ -83,7 +86,8 @@ def test_caller_env_does_not_leak(lab, monkeypatch):
 def test_crash_is_recorded_with_signal_and_stderr(lab, launcher):
     s = run_sample(make_cell("system", "crasher"), perf=launcher == "perf")
     if launcher != "perf" or perf_usable():
-        assert s["launcher"] == launcher
+        # perf may lose the status (its SIGCHLD race): the runner re-runs directly, and says so
+        assert s["launcher"] == launcher or s.get("perf_lost_status")
     assert s["status"] == "failed"
     assert s["signal"] == 11 and "SIGSEGV" in s["error"]
     assert "about to fault" in s["stderr_tail"]

@@ -203,3 +203,35 @@ def test_compact_sample_keeps_stderr_only_of_a_failed_sample():
     assert "env" not in scorecard.compact_sample(ok)
     assert scorecard.compact_sample(ok)["metrics"] == {}
     assert scorecard.compact_sample(bad)["stderr_tail"] == "Segmentation fault"
+
+
+TINY_APPS = """
+name = "tiny-apps"
+runs = 2
+warmup = 0
+seed = 5
+reference = { allocator = "mimalloc" }
+[axes]
+allocator = ["system", "mimalloc"]
+workload = ["xmalloc"]
+"""
+
+
+def test_apps_section_is_stored_apart_rendered_into_the_scorecard_and_checked(results, tmp_path):
+    apps_file = tmp_path / "apps.toml"
+    apps_file.write_text(TINY_APPS.replace('"xmalloc"', '"xmalloc_short"'))
+    scorecard.refresh(results, matrix=apps_file, apps=True)
+    stored_apps = results / scorecard.APPS_STORED_DIR / "samples.jsonl"
+    assert stored_apps.exists() and (results / "scorecard" / "samples.jsonl").exists()
+    md = (results / "SCORECARD.md").read_text()
+    assert "## Applications and stress: tiny-apps" in md
+    assert "![time](plots/apps_time.png)" in md and "| xmalloc_short | system |" in md
+    for chart in ("apps_time.png", "apps_memory.png"):
+        assert (results / "plots" / chart).stat().st_size > 0
+    assert scorecard.check(results) == []
+    rows = [json.loads(line) for line in stored_apps.read_text().splitlines()]
+    for r in rows:
+        if r["metrics"].get("maxrss_kb"):
+            r["metrics"]["maxrss_kb"] *= 3
+    stored_apps.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert any("SCORECARD.md" in p for p in scorecard.check(results))

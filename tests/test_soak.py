@@ -64,6 +64,14 @@ def test_slope_is_least_squares_per_hour():
     assert soakstats.slope_per_hour([1.0], [1.0]) is None
 
 
+def test_a_trend_below_the_resolution_floor_passes():
+    rising = {"pct_per_h": 125.0, "ci": [21.0, 230.0]}  # glibc, +12 KiB over an 8 s soak
+    assert soakstats.trend_verdict(rising, 5.0, rising=True) == "FAIL"
+    assert soakstats.trend_verdict(rising, 5.0, rising=True, resolved=False) == "PASS"
+    assert soak.Thresholds().rss_min_growth_kib >= 256
+    assert soak.Thresholds().cv_pct is None  # the CV is reported, judged only when asked
+
+
 def test_cv_is_sample_stdev_over_mean():
     assert soakstats.cv_pct([100.0, 100.0, 100.0]) == 0.0
     # mean 100, sample stdev sqrt(200/1)=14.142...
@@ -105,7 +113,7 @@ def _figure(label, profile, cv, verdict):
 
 def test_verdict_lines_state_figure_ci_verdict_and_budget():
     fig = _figure("hakmem:fast C7_SAFE", "C7_SAFE", 3.0, "FAIL")
-    th = vars(soak.Thresholds())
+    th = vars(soak.Thresholds(cv_pct=2.0))
     lines = verdict_lines(fig, th)
     assert lines[0] == (
         "RSS trend: +0.3 %/h (95 % CI -0.1 to +0.7) PASS (budget ≤ +5.0 %/h; "
@@ -118,6 +126,8 @@ def test_verdict_lines_state_figure_ci_verdict_and_budget():
     assert lines[3] == "syscalls: 0.0123 per 1000 ops PASS (budget ≤ 1; strace -f -c pass)"
     fig = {**fig, "ops_cv_pct": None, "verdicts": {**fig["verdicts"], "ops_cv": "n/a"}}
     assert verdict_lines(fig, th)[2] == "ops/s CV: n/a (too few epochs after warm-up)"
+    by_default = verdict_lines({**fig, "ops_cv_pct": 3.0}, vars(soak.Thresholds()))
+    assert by_default[2] == "ops/s CV: 3.0 % (reported, not judged)"
 
 
 def _leaking(duration_s, epoch_s, kib_per_s, base_kib=20_000, noise_kib=8, seed=0):

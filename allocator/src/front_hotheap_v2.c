@@ -35,7 +35,7 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
 
 static void *hotheap_v2_alloc_slow(hak_heap *heap, unsigned cls) {
     hak_page *current = heap->direct[cls];
-    hak_heap_free_delayed(heap);
+    hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, HOTHEAP_V2_CARVE_BYTES, ~0u);
     if (!page) page = reuse_empty_page(heap, cls);
     if (!page) {

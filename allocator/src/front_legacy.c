@@ -6,7 +6,7 @@
 #include "internal.h"
 
 static void *legacy_alloc_slow(hak_heap *heap, unsigned cls) {
-    hak_heap_free_delayed(heap);
+    hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, ~0u);
     if (!page && hak_heap_adopt(heap))
         page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, ~0u);
@@ -21,7 +21,7 @@ void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page->in_full) hak_heap_page_unfull(heap, page);
     block->next = page->local_free;
     page->local_free = block;
-    if (--page->used == 0) hak_heap_page_emptied(heap, page);
+    if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
 }
 
 void hak_front_release_page(hak_heap *heap, hak_page *page) {

@@ -25,7 +25,7 @@ static void v3_backend_retire(hak_heap *heap, hak_page *page) {
 
 static void *smallheap_v3_alloc_slow(hak_heap *heap, unsigned cls) {
     hak_page *current = heap->direct[cls];
-    hak_heap_free_delayed(heap);
+    hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, HAK_CARVE_STEP_DEFAULT, V3_SCAN_LIMIT);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);

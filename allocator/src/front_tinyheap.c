@@ -9,7 +9,7 @@
 
 static void *tinyheap_alloc_slow(hak_heap *heap, unsigned cls) {
     hak_page *current = heap->direct[cls];
-    hak_heap_free_delayed(heap);
+    hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, HAK_CARVE_WHOLE_PAGE, ~0u);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);

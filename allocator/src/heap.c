@@ -114,6 +114,7 @@ void hak_heap_free_delayed_blocks(hak_heap *heap) {
         hak_block *next = block->next;
         hak_superslab *ss = hak_superslab_of((uintptr_t)block);
         hak_page *page = hak_page_of(ss, (uintptr_t)block);
+        if (page->block_size >= 16) ((uintptr_t *)block)[1] = 0; // the remote-free key
         heap->route[page->class_idx]->free_local_slow(heap, page, block);
         block = next;
     }
@@ -134,7 +135,10 @@ void hak_heap_release_page(hak_heap *heap, hak_page *page) {
         // Empty and not the heap's only superslab: give it back to the OS policy.
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
-    } else if (ss != heap->superslabs) {
+        return;
+    }
+    hak_os_page_slot_freed(ss);
+    if (ss != heap->superslabs) {
         // It has a free slot now: move it first, where fresh pages are taken from.
         ss->prev->next = ss->next;
         if (ss->next) ss->next->prev = ss->prev;
@@ -157,7 +161,15 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
 // to its front's retention policy.
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
     if (page == heap->direct[page->class_idx]) return;
+    hak_page_verify_empty(page);
     heap->route[page->class_idx]->page_emptied(heap, page);
+}
+
+// An owner free brought `used` to 0 or below: below is a double free (block went onto
+// local_free a second time).
+void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
+    if (page->used < 0) hak_fatal_pointer("free", "double free", block);
+    hak_heap_page_emptied(heap, page);
 }
 
 static void push_superslab(hak_heap *heap, hak_superslab *ss) {
@@ -188,6 +200,8 @@ int hak_heap_adopt(hak_heap *heap) {
     if (ss->pages_in_use == 0 && ss->next) { // all its blocks were freed meanwhile
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
+    } else {
+        hak_os_page_slot_freed(ss); // the slots of pages that emptied while abandoned
     }
     return 1;
 }
@@ -218,7 +232,10 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
 
 // A free into another heap's page: batched per page. The blocks stay counted as used by
 // their page until flushed, so the page cannot be recycled meanwhile; a run ends when a free
-// goes to a different page, and at thread exit.
+// goes to a different page, after HAK_REMOTE_BATCH_MAX blocks, when this thread enters an
+// allocation slow path, and at thread exit. So a batch holds at most one page, and not for
+// longer than this thread's next refill.
+#define HAK_REMOTE_BATCH_MAX 64
 void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page != heap->remote_page) {
         hak_heap_flush_remote(heap);
@@ -227,6 +244,7 @@ void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
     }
     block->next = heap->remote_first;
     heap->remote_first = block;
+    if (++heap->remote_count >= HAK_REMOTE_BATCH_MAX) hak_heap_flush_remote(heap);
 }
 
 void hak_heap_flush_remote(hak_heap *heap) {
@@ -234,6 +252,36 @@ void hak_heap_flush_remote(hak_heap *heap) {
     hak_page_free_remote(heap->remote_page, heap->remote_first, heap->remote_last);
     heap->remote_page = NULL;
     heap->remote_first = heap->remote_last = NULL;
+    heap->remote_count = 0;
+}
+
+// A remote free went into an abandoned superslab. Every HAK_ABANDONED_FREES_PER_VISIT of them
+// this thread visits two abandoned superslabs (its own batch flushed first, so a page it just
+// emptied counts), so superslabs that only other threads still free into go back once empty
+// even if no thread needs a page and adopts them (a thread that frees what exited threads
+// left, then idles or exits).
+#define HAK_ABANDONED_FREES_PER_VISIT 256
+void hak_heap_note_abandoned_free(hak_heap *heap) {
+    if (++heap->abandoned_frees < HAK_ABANDONED_FREES_PER_VISIT) return;
+    heap->abandoned_frees = 0;
+    hak_heap_flush_remote(heap);
+    hak_superslab_reclaim_abandoned(2);
+}
+
+void hak_heap_sweep(hak_heap *heap) {
+    heap->sweep_countdown = HAK_SWEEP_INTERVAL;
+    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
+        hak_page *next;
+        for (hak_page *page = heap->queue[cls].first; page; page = next) {
+            next = page->next;
+            hak_page_collect(page);
+            if (page->used == 0) {
+                hak_stat_add(ss_os, remote_emptied, 1);
+                hak_heap_page_emptied(heap, page);
+            }
+        }
+    }
+    hak_superslab_reclaim_abandoned(2);
 }
 
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page) {
@@ -281,6 +329,8 @@ hak_heap *hak_heap_create(void) {
     memset(heap, 0, sizeof *heap);
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
         heap->direct[c] = &hak_page_empty;
+    for (size_t n = 0; n <= HAK_TINY_MAX; n++)
+        heap->class_of_size[n] = (uint8_t)hak_tiny_class_of(n);
     heap->next_live = heaps_live;
     if (heaps_live) heaps_live->prev_live = heap;
     heaps_live = heap;
@@ -303,6 +353,7 @@ static void abandon_page(hak_page *page) {
 // thread.
 void hak_heap_destroy(hak_heap *heap) {
     hak_heap_flush_remote(heap);
+    hak_superslab_reclaim_abandoned(2);
     for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next) {
         for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
             hak_page *page = &ss->pages[i];

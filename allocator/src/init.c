@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
 
 #include "internal.h"
 #include "options.h"
@@ -18,6 +20,8 @@ const hak_heap hak_heap_empty = {.direct = {[0 ... HAK_CLASS_COUNT - 1] = &hak_p
 // lands in the slow path, which creates the real heap: no "initialised?" test on the fast path.
 __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))) =
     (hak_heap *)&hak_heap_empty;
+
+uintptr_t hak_remote_key;
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int options_ready;
@@ -36,6 +40,11 @@ void hak_process_init(void) {
     pthread_mutex_lock(&init_lock);
     if (!atomic_load_explicit(&options_ready, memory_order_relaxed)) {
         hak_options_init();
+        // The kernel's 16 random bytes for this process (AT_RANDOM); odd, so never 0.
+        const void *random_bytes = (const void *)getauxval(AT_RANDOM);
+        uintptr_t key = (uintptr_t)&init_lock;
+        if (random_bytes) memcpy(&key, random_bytes, sizeof key);
+        hak_remote_key = key | 1;
         if (hak_option[HAK_OPT_VERBOSE]) {
             hak_options_print_values();
             hak_route_print();
@@ -56,15 +65,18 @@ static void fork_prepare(void) {
     hak_heap_fork_prepare();
     hak_superslab_fork_prepare();
     hak_os_fork_prepare();
+    hak_large_fork_prepare();
 }
 
 static void fork_parent(void) {
+    hak_large_fork_parent();
     hak_os_fork_parent();
     hak_superslab_fork_parent();
     hak_heap_fork_parent();
 }
 
 static void fork_child(void) {
+    hak_large_fork_child();
     hak_os_fork_child();
     hak_superslab_fork_child();
     hak_heap_fork_child();

@@ -9,8 +9,8 @@
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
 //              that may have free blocks; full pages on a separate list.
-//   large      blocks above the mid pool: their own 2 MiB-aligned mapping with the same header
-//              layout (kind HAK_SS_LARGE), so free() finds both the same way.
+//   large      blocks above the mid pool: their own mapping sized to need, found through a
+//              table keyed by address (large.c); the registry tells the two kinds apart.
 #ifndef HAK_INTERNAL_H
 #define HAK_INTERNAL_H
 
@@ -66,8 +66,14 @@ typedef struct hak_page {
     // Owner heap while the page takes owner frees on the fast path; NULL when the page is full,
     // abandoned, free or large. Other threads read it too (and never find their own heap).
     _Atomic(struct hak_heap *) local_owner;
-    uint32_t used; // blocks handed out, including those in xthread_free
-    uint32_t block_size;
+    // Blocks handed out, including those in xthread_free. Signed: a double free that takes it
+    // below zero lands on the fast path's "emptied" branch (`--used <= 0`), which reports it.
+    int32_t used;
+    uint16_t block_size;
+    // Low bits a block address must not have: the block size's power-of-two part minus one (all
+    // of an interior offset of a tiny block, the low 8+ bits of a mid block's). The free fast
+    // path tests them, so free(p + 1) or free(p + 16) never reaches a free list.
+    uint16_t block_mask;
     // Cold.
     _Atomic uintptr_t xthread_free; // remote frees: block list | HAK_XT_* flags
     struct hak_page *next, *prev;   // heap queue or full list
@@ -80,22 +86,18 @@ typedef struct hak_page {
 
 _Static_assert(sizeof(hak_page) == 64, "page descriptors are indexed by shift");
 
-enum hak_ss_kind { HAK_SS_FREE = 0, HAK_SS_SMALL = 1, HAK_SS_LARGE = 2 };
+enum hak_ss_kind { HAK_SS_FREE = 0, HAK_SS_SMALL = 1 };
 
 typedef struct hak_superslab {
     hak_page pages[HAK_PAGES_PER_SS];
     uint32_t kind;
     uint32_t pages_in_use;
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
+    uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
-    // HAK_SS_LARGE only.
-    size_t large_usable; // bytes usable from the block start
-    char *map_base;      // the whole mapping (may start before the header for huge alignments)
-    size_t map_size;
-    uint8_t from_cache; // a cached 2 MiB superslab: return it there, do not unmap
-    uint8_t huge;       // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
+    uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
 } hak_superslab;
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
@@ -121,6 +123,10 @@ typedef struct hak_front {
 
 typedef struct hak_heap {
     hak_page *direct[HAK_CLASS_COUNT]; // page malloc pops from; &hak_page_empty if none
+    // Size -> tiny class, indexed by the size itself (a copy per heap, so the malloc fast path
+    // needs neither a table address from the GOT nor a shift). All zero in hak_heap_empty:
+    // every size then finds class 0's empty page and goes to the slow path.
+    uint8_t class_of_size[HAK_TINY_MAX + 1];
     const hak_front *route[HAK_CLASS_COUNT];
     hak_page_queue queue[HAK_CLASS_COUNT]; // pages that may have free blocks; first = direct
     hak_page *full;                        // pages without free blocks (all classes)
@@ -134,6 +140,9 @@ typedef struct hak_heap {
     // run of frees into the same page instead of one per block).
     hak_page *remote_page;
     hak_block *remote_first, *remote_last;
+    uint32_t remote_count;    // blocks in the batch (flushed at HAK_REMOTE_BATCH_MAX)
+    uint32_t sweep_countdown; // slow-path entries until the next hak_heap_sweep
+    uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
@@ -145,19 +154,20 @@ extern const hak_heap hak_heap_empty;
 extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
 // Registry: one byte per 2 MiB of address space (64 MiB of .bss, virtual: a 4 KiB page of it
-// is touched per 8 GiB of address range in use), non-zero for every superslab or large
-// mapping, so free() can tell "ours" from a foreign pointer before it reads any header. A byte
-// rather than a bit: the test is one load and compare on the free fast path.
+// is touched per 8 GiB of address range in use). HAK_REG_SMALL for every superslab (in use or
+// cached), HAK_REG_LARGE for every chunk a large mapping touches, so free() can tell "ours"
+// from a foreign pointer before it reads any header. A byte rather than a bit: the test is one
+// load and compare on the free fast path, which follows HAK_REG_SMALL only.
 #define HAK_REGISTRY_SIZE (HAK_ADDRESS_LIMIT >> HAK_SS_SHIFT)
+enum { HAK_REG_NONE = 0, HAK_REG_SMALL = 1, HAK_REG_LARGE = 2 };
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
-static inline int hak_registry_has(uintptr_t ss) {
-    return atomic_load_explicit(&hak_registry[ss >> HAK_SS_SHIFT], memory_order_relaxed) != 0;
+static inline unsigned hak_registry_get(uintptr_t p) {
+    return atomic_load_explicit(&hak_registry[p >> HAK_SS_SHIFT], memory_order_relaxed);
 }
 
-// p - 1 so that a block at exactly 2 MiB past its header (huge alignments) still maps to it.
 static inline hak_superslab *hak_superslab_of(uintptr_t p) {
-    return (hak_superslab *)((p - 1) & ~(uintptr_t)HAK_SS_MASK);
+    return (hak_superslab *)(p & ~(uintptr_t)HAK_SS_MASK);
 }
 
 // Relaxed: a plain load and store on x86-64, but race-free for the threads that only compare.
@@ -169,9 +179,6 @@ static inline void hak_page_set_local_owner(hak_page *page, struct hak_heap *hea
     atomic_store_explicit(&page->local_owner, heap, memory_order_relaxed);
 }
 
-// Masking p (not p - 1) keeps the index in 0..31: a block aligned to exactly 2 MiB past its
-// large header maps to pages[0], which is never owned in a large header, so free() falls
-// through to the slow path as it must.
 static inline hak_page *hak_page_of(hak_superslab *ss, uintptr_t p) {
     uintptr_t index = (p >> HAK_PAGE_SHIFT) & (HAK_PAGES_PER_SS - 1);
     return (hak_page *)((char *)ss + index * sizeof(hak_page));
@@ -189,13 +196,15 @@ static inline char *hak_page_start(const hak_page *page) {
 }
 
 // --- superslab.c: regions, registry, page slots, abandoned superslabs
-void hak_registry_set(uintptr_t ss, int on);
+void hak_registry_set(uintptr_t chunk, unsigned value);
 hak_superslab *hak_superslab_acquire(hak_heap *heap);
 void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
+void hak_superslab_purge(hak_superslab *ss);
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(void);
+void hak_superslab_reclaim_abandoned(unsigned visits);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
@@ -205,6 +214,7 @@ void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t 
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
 void hak_os_superslab_put(hak_superslab *ss);
+void hak_os_page_slot_freed(hak_superslab *ss);
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
 void hak_os_fork_child(void);
@@ -222,11 +232,18 @@ int hak_page_mark_full(hak_page *page);
 void hak_page_clear_full(hak_page *page);
 int hak_page_contains_block(const hak_page *page, uintptr_t p);
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
+void hak_page_verify_empty(const hak_page *page);
+#ifdef HAK_DEBUG
+// Debug build, every pop: the next link of a free block must be NULL or another block start
+// of the same page, else something wrote into the freed block (use after free, overflow).
+void hak_page_check_link(const hak_page *page, const hak_block *block);
+#endif
 
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);
 void hak_heap_destroy(hak_heap *heap);
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
+void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 // Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
 // each front's slow path compiles with its own constants and no extra call level):
@@ -243,6 +260,7 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 //   release_page   give a detached empty page back to its superslab (and an empty superslab
 //                  to the OS policy)
 void hak_heap_free_delayed_blocks(hak_heap *heap);
+void hak_heap_flush_remote(hak_heap *heap);
 int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
 int hak_heap_adopt(hak_heap *heap);
@@ -256,33 +274,68 @@ static inline void hak_heap_free_delayed(hak_heap *heap) {
         hak_heap_free_delayed_blocks(heap);
 }
 
+// Every HAK_SWEEP_INTERVAL slow-path entries a heap sweeps: it collects every queued page and
+// hands those that remote frees emptied to their front's page_emptied (exactly as if the last
+// block had come back locally), and it visits a few abandoned superslabs to give back what
+// their remote frees emptied.
+#define HAK_SWEEP_INTERVAL 64
+void hak_heap_sweep(hak_heap *heap);
+
+// What every front's alloc_slow does first: its own remote batch goes out (a thread about to
+// refill, maybe to block on a lock or in the kernel, holds no other heap's page hostage), the
+// blocks others freed into its full pages come back, and the periodic sweep.
+static inline void hak_heap_slow_entry(hak_heap *heap) {
+    if (heap->remote_page) hak_heap_flush_remote(heap);
+    hak_heap_free_delayed(heap);
+    if (HAK_UNLIKELY(heap->sweep_countdown-- == 0)) hak_heap_sweep(heap);
+}
+
 static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
                                             unsigned scan_limit) {
     hak_page_queue *q = &heap->queue[cls];
-    hak_page *next;
+    hak_page *next, *carvable = NULL, *found = NULL;
     for (hak_page *page = q->first; page && scan_limit; page = next, scan_limit--) {
         next = page->next;
         hak_page_collect(page);
-        if (page->free || hak_page_extend(page, carve_bytes) ||
-            !hak_heap_park_exhausted(heap, page)) {
-            if (page != q->first) hak_heap_move_to_front(heap, page);
-            heap->direct[cls] = page;
-            return page;
+        if (page->free) {
+            found = page;
+            break;
         }
+        // Free blocks anywhere in the queue come before fresh memory: carve only if none.
+        if (page->reserved < page->capacity) {
+            if (!carvable) carvable = page;
+        } else if (!hak_heap_park_exhausted(heap, page)) {
+            found = page; // remote frees raced in
+            break;
+        }
+    }
+    if (!found && carvable && hak_page_extend(carvable, carve_bytes)) found = carvable;
+    if (found) {
+        if (found != q->first) hak_heap_move_to_front(heap, found);
+        heap->direct[cls] = found;
+        return found;
     }
     heap->direct[cls] = q->first ? q->first : &hak_page_empty;
     return NULL;
 }
 
+// Per-process random key: a block on its way to another heap's page carries
+// hak_remote_key ^ its address in its second word until the owner collects it, so a second
+// remote free of it is recognised (blocks of 16 B and up).
+extern uintptr_t hak_remote_key;
+
 // Pops a block from a page whose free list is not empty.
 static inline void *hak_page_pop(hak_page *page) {
     hak_block *block = page->free;
+#ifdef HAK_DEBUG
+    hak_page_check_link(page, block);
+#endif
     page->free = block->next;
     page->used++;
     return block;
 }
 void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block);
-void hak_heap_flush_remote(hak_heap *heap);
+void hak_heap_note_abandoned_free(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
 void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);
@@ -302,8 +355,12 @@ void hak_route_print(void);
 
 // --- large.c
 void *hak_large_alloc(size_t size, size_t alignment, int zero);
-void hak_large_free(hak_superslab *ss, void *p);
-size_t hak_large_usable(hak_superslab *ss, void *p);
+void hak_large_free(void *p);
+size_t hak_large_usable(const char *func, void *p);
+void *hak_large_realloc(void *p, size_t size);
+void hak_large_fork_prepare(void);
+void hak_large_fork_parent(void);
+void hak_large_fork_child(void);
 
 // --- init.c
 hak_heap *hak_thread_init(void);

@@ -1,78 +1,287 @@
-// Large blocks (above the mid pool, or aligned beyond what a size class gives): each gets its
-// own region with a superslab header in front, so free() finds it exactly like a small block
-// (mask, registry) and the header says HAK_SS_LARGE. Regions that fit in 2 MiB come from the
-// OS policy's superslab cache; bigger ones are mapped and unmapped directly.
+// Large blocks (above the mid pool, or aligned beyond what a size class gives): each is its
+// own mapping, sized to need: the request rounded up to OS pages, the block at the start of
+// the mapping (over-aligned blocks are mapped over-size and trimmed, so they start there too).
+// No header lives in the mapping. Their metadata is an entry in a hash table keyed by the
+// block address (under one lock; every large operation costs a syscall or a cache hit anyway):
+//   - free() and malloc_usable_size() find the entry or report the pointer: an address that
+//     is not the start of a live large block is an interior or foreign pointer, and one whose
+//     entry is in the cache was freed before (double free);
+//   - the registry byte of every 2 MiB chunk a large mapping touches says HAK_REG_LARGE, so
+//     the free fast path (which only follows HAK_REG_SMALL) never reads such memory, and the
+//     slow path asks the table only for pointers in chunks that held large blocks. A chunk
+//     keeps the mark after its large blocks are gone: a later pointer there is still looked
+//     up, and a miss is reported, which is what a foreign pointer deserves.
+//   - realloc resizes in place: shrinking unmaps the tail, growing asks mremap to extend the
+//     mapping where it is and, when the neighbourhood is taken, to move it (page tables move,
+//     no byte is copied).
+//   - freed regions of up to HAK_LARGE_CACHE_REGION go to a small cache (speed-first policy:
+//     up to HAK_LARGE_CACHE_COUNT regions, HAK_LARGE_CACHE_BYTES in all), reused for a request
+//     of at most their size and at least 3/4 of it; the lean policy caches nothing (the memory
+//     goes back at free). Bigger regions are rarely asked for again at a fitting size (a
+//     vector grown by realloc is freed at its largest), and a cached region stays resident.
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
+#include "options.h"
 
-// Block offset from the header: past the header, aligned; exactly 2 MiB for alignments of
-// 2 MiB or more (the header then sits 2 MiB before the block, see hak_superslab_of).
-static size_t block_offset(size_t alignment) {
-    if (alignment >= HAK_SS_SIZE) return HAK_SS_SIZE;
-    return alignment > HAK_SS_HEADER_SIZE ? alignment : HAK_SS_HEADER_SIZE;
+#define HAK_OS_PAGE_SIZE       4096
+#define HAK_LARGE_CACHE_COUNT  16
+#define HAK_LARGE_CACHE_BYTES  ((size_t)8 << 20)
+#define HAK_LARGE_CACHE_REGION ((size_t)1 << 20) // larger regions are never cached
+#define HAK_LARGE_TABLE_MIN    1024              // entries (32 KiB)
+
+typedef struct hak_large {
+    uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
+    size_t map_size; // the mapping [block, block + map_size)
+    size_t usable;   // what malloc_usable_size says: the request rounded up to OS pages
+    size_t cached;   // freed, kept in the cache
+} hak_large;
+
+#define HAK_LARGE_TOMBSTONE ((uintptr_t)1)
+
+static pthread_mutex_t large_lock = PTHREAD_MUTEX_INITIALIZER;
+static hak_large *table;
+static size_t table_capacity; // a power of two
+static size_t table_used;     // live, cached and deleted slots
+static uintptr_t cache[HAK_LARGE_CACHE_COUNT];
+// The last blocks unmapped at free: a miss in the table that names one of them is reported as
+// the double free it most likely is (the lean policy caches nothing to recognise it by).
+#define HAK_LARGE_RECENT 16
+static uintptr_t recently_unmapped[HAK_LARGE_RECENT];
+static unsigned recent_next;
+static unsigned cache_count;
+static size_t cache_bytes;
+
+static size_t slot_of(uintptr_t block) {
+    return (size_t)((block >> 12) * 0x9e3779b97f4a7c15ULL >> 20) & (table_capacity - 1);
+}
+
+static hak_large *table_find(uintptr_t block) {
+    if (!table) return NULL;
+    for (size_t i = slot_of(block);; i = (i + 1) & (table_capacity - 1)) {
+        if (table[i].block == block) return &table[i];
+        if (table[i].block == 0) return NULL;
+    }
+}
+
+// Grows (or cleans out tombstones) when more than half the slots are taken. 0 on failure.
+static int table_reserve(void) {
+    if (table && (table_used + 1) * 2 <= table_capacity) return 1;
+    size_t live = 0;
+    for (size_t i = 0; i < table_capacity; i++)
+        live += table[i].block > HAK_LARGE_TOMBSTONE;
+    size_t capacity = table_capacity ? table_capacity : HAK_LARGE_TABLE_MIN;
+    while ((live + 1) * 4 > capacity)
+        capacity *= 2;
+    hak_large *fresh = mmap(NULL, capacity * sizeof(hak_large), PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    hak_stat_add(ss_os, mmap_total, 1);
+    if (fresh == MAP_FAILED) return 0;
+    hak_large *old = table;
+    size_t old_capacity = table_capacity;
+    table = fresh;
+    table_capacity = capacity;
+    table_used = 0;
+    for (size_t i = 0; i < old_capacity; i++) {
+        if (old[i].block <= HAK_LARGE_TOMBSTONE) continue;
+        size_t j = slot_of(old[i].block);
+        while (table[j].block)
+            j = (j + 1) & (capacity - 1);
+        table[j] = old[i];
+        table_used++;
+    }
+    if (old) hak_os_unmap(old, old_capacity * sizeof(hak_large));
+    return 1;
+}
+
+static int table_insert(uintptr_t block, size_t map_size, size_t usable) {
+    if (!table_reserve()) return 0;
+    size_t i = slot_of(block);
+    while (table[i].block > HAK_LARGE_TOMBSTONE)
+        i = (i + 1) & (table_capacity - 1);
+    if (table[i].block == 0) table_used++;
+    table[i] = (hak_large){block, map_size, usable, 0};
+    return 1;
+}
+
+// Only bytes that change are written: chunks shared by several large blocks keep their mark
+// while others are mapped next to them (the free fast path reads the byte without atomics).
+static void mark_registry(uintptr_t block, size_t size) {
+    for (uintptr_t c = block >> HAK_SS_SHIFT; c <= (block + size - 1) >> HAK_SS_SHIFT; c++)
+        if (hak_registry_get(c << HAK_SS_SHIFT) != HAK_REG_LARGE)
+            hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
+}
+
+// Takes a cached region of at least `need` bytes (and at most a third more) aligned enough;
+// under the lock.
+static hak_large *cache_take(size_t need, size_t alignment) {
+    unsigned best = HAK_LARGE_CACHE_COUNT;
+    size_t best_size = 0;
+    for (unsigned i = 0; i < cache_count; i++) {
+        hak_large *e = table_find(cache[i]);
+        if (e->map_size < need || e->map_size - e->map_size / 4 > need) continue;
+        if (e->block & (alignment - 1)) continue;
+        if (best == HAK_LARGE_CACHE_COUNT || e->map_size < best_size)
+            best = i, best_size = e->map_size;
+    }
+    if (best == HAK_LARGE_CACHE_COUNT) return NULL;
+    hak_large *e = table_find(cache[best]);
+    cache[best] = cache[--cache_count];
+    cache_bytes -= e->map_size;
+    e->cached = 0;
+    return e;
+}
+
+static size_t round_to_os_pages(size_t size) {
+    return (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
 }
 
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
-    size_t offset = block_offset(alignment);
     if (size > HAK_ADDRESS_LIMIT) return NULL;
-    size_t total = (offset + size + 4095) & ~(size_t)4095;
-    hak_superslab *ss;
-    char *map_base;
-    size_t map_size;
-    int from_cache = total <= HAK_SS_SIZE;
-    if (from_cache) {
-        ss = hak_os_superslab_get();
-        if (!ss) return NULL;
-        map_base = (char *)ss;
-        map_size = HAK_SS_SIZE;
-        hak_stat_add(large, cached, 1);
-    } else {
-        // For alignments above 2 MiB, over-map and place the header 2 MiB below an aligned
-        // block; the address space beyond is never touched.
-        size_t extra = alignment > HAK_SS_SIZE ? alignment : 0;
-        char *start = hak_os_map_aligned(total + extra, HAK_SS_SIZE, &map_base, &map_size);
-        if (!start) return NULL;
-        if (extra) {
-            uintptr_t block = ((uintptr_t)start + HAK_SS_SIZE + alignment - 1) & ~(alignment - 1);
-            start = (char *)(block - HAK_SS_SIZE);
-        }
-        ss = (hak_superslab *)start;
-        hak_registry_set((uintptr_t)ss, 1);
-        hak_stat_add(large, mapped, 1);
-        zero = 0; // fresh anonymous memory is already zero
+    size_t need = round_to_os_pages(size ? size : 1);
+    pthread_mutex_lock(&large_lock);
+    hak_large *e = cache_count ? cache_take(need, alignment) : NULL;
+    if (e) {
+        e->usable = need;
+        void *block = (void *)e->block;
+        pthread_mutex_unlock(&large_lock);
+        hak_stat_add(large, cache_hit, 1);
+        hak_stat_add(large, alloc, 1);
+        hak_stat_add(large, live_kb, need / 1024);
+        if (zero) memset(block, 0, size);
+        return block;
     }
-    char *block = (char *)ss + offset;
-    ss->kind = HAK_SS_LARGE;
-    ss->map_base = map_base;
-    ss->map_size = map_size;
-    ss->from_cache = (uint8_t)from_cache;
-    ss->large_usable = (size_t)(map_base + map_size - block);
+    pthread_mutex_unlock(&large_lock);
+    char *block;
+    size_t map_size;
+    if (alignment <= HAK_OS_PAGE_SIZE) {
+        block = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        hak_stat_add(ss_os, mmap_total, 1);
+        if (block == MAP_FAILED) return NULL;
+        map_size = need;
+        hak_stat_mapped((long)need);
+    } else {
+        char *base;
+        if (!hak_os_map_aligned(need, alignment, &base, &map_size)) return NULL;
+        block = base;
+    }
+    mark_registry((uintptr_t)block, map_size);
+    pthread_mutex_lock(&large_lock);
+    int ok = table_insert((uintptr_t)block, map_size, need);
+    pthread_mutex_unlock(&large_lock);
+    if (!ok) {
+        hak_os_unmap(block, map_size);
+        hak_stat_mapped(-(long)map_size);
+        return NULL;
+    }
+    hak_stat_add(large, mapped, 1);
     hak_stat_add(large, alloc, 1);
-    hak_stat_add(large, live_kb, ss->large_usable / 1024);
-    if (zero) memset(block, 0, size);
+    hak_stat_add(large, live_kb, need / 1024);
+    (void)zero; // fresh anonymous memory is already zero
     return block;
 }
 
-static int is_large_block(hak_superslab *ss, void *p) {
-    return ss->kind == HAK_SS_LARGE && (char *)p == ss->map_base + ss->map_size - ss->large_usable;
+// The live entry of p, under the lock; otherwise reports p for `func` (unlocking first).
+static hak_large *live_entry(const char *func, void *p) {
+    hak_large *e = table_find((uintptr_t)p);
+    if (e && !e->cached) return e;
+    int freed = e != NULL;
+    for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
+        freed |= recently_unmapped[i] == (uintptr_t)p;
+    pthread_mutex_unlock(&large_lock);
+    hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
 
-void hak_large_free(hak_superslab *ss, void *p) {
-    if (!is_large_block(ss, p))
-        hak_fatal_pointer("free", ss->kind == HAK_SS_FREE ? "double free" : "invalid pointer", p);
+static size_t cache_limit(void) {
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? 0 : HAK_LARGE_CACHE_BYTES;
+}
+
+void hak_large_free(void *p) {
+    pthread_mutex_lock(&large_lock);
+    hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
-    hak_stat_sub(large, live_kb, ss->large_usable / 1024);
-    if (ss->from_cache) {
-        hak_os_superslab_put(ss);
+    hak_stat_sub(large, live_kb, e->usable / 1024);
+    if (cache_count < HAK_LARGE_CACHE_COUNT && e->map_size <= HAK_LARGE_CACHE_REGION &&
+        cache_bytes + e->map_size <= cache_limit()) {
+        e->cached = 1;
+        cache[cache_count++] = e->block;
+        cache_bytes += e->map_size;
+        pthread_mutex_unlock(&large_lock);
+        hak_stat_add(large, cache_put, 1);
         return;
     }
-    hak_registry_set((uintptr_t)ss, 0);
-    hak_stat_mapped(-(long)ss->map_size);
-    hak_os_unmap(ss->map_base, ss->map_size);
+    size_t map_size = e->map_size;
+    e->block = HAK_LARGE_TOMBSTONE;
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = (uintptr_t)p;
+    pthread_mutex_unlock(&large_lock);
+    hak_stat_mapped(-(long)map_size);
+    hak_os_unmap(p, map_size);
 }
 
-size_t hak_large_usable(hak_superslab *ss, void *p) {
-    if (!is_large_block(ss, p)) hak_fatal_pointer("malloc_usable_size", "invalid pointer", p);
-    return ss->large_usable;
+size_t hak_large_usable(const char *func, void *p) {
+    pthread_mutex_lock(&large_lock);
+    size_t usable = live_entry(func, p)->usable;
+    pthread_mutex_unlock(&large_lock);
+    return usable;
+}
+
+// Resizes large block p to `size` (above the mid pool) without copying: returns the block (p
+// or where mremap moved it), or NULL when the caller must allocate, copy and free.
+void *hak_large_realloc(void *p, size_t size) {
+    size_t need = round_to_os_pages(size);
+    pthread_mutex_lock(&large_lock);
+    hak_large *e = live_entry("realloc", p);
+    size_t map_size = e->map_size, usable = e->usable;
+    if (need <= map_size) {
+        // Shrink (or regrow within the mapping): the tail beyond the block goes back when it
+        // is at least a quarter of the mapping.
+        e->usable = need;
+        if (map_size - need >= map_size / 4) e->map_size = need;
+        pthread_mutex_unlock(&large_lock);
+        hak_stat_sub(large, live_kb, usable / 1024);
+        hak_stat_add(large, live_kb, need / 1024);
+        hak_stat_add(large, realloc_in_place, 1);
+        if (map_size - need >= map_size / 4) {
+            hak_os_unmap((char *)p + need, map_size - need);
+            hak_stat_mapped(-(long)(map_size - need));
+        }
+        return p;
+    }
+    pthread_mutex_unlock(&large_lock);
+    // Only this thread may free p, so its entry stays while the lock is dropped for the call.
+    int saved = errno;
+    void *q = mremap(p, map_size, need, MREMAP_MAYMOVE);
+    errno = saved;
+    hak_stat_add(large, mremap, 1);
+    if (q == MAP_FAILED) return NULL;
+    mark_registry((uintptr_t)q, need);
+    hak_stat_mapped((long)(need - map_size));
+    hak_stat_sub(large, live_kb, usable / 1024);
+    hak_stat_add(large, live_kb, need / 1024);
+    pthread_mutex_lock(&large_lock);
+    if (q == p) {
+        e = table_find((uintptr_t)p);
+        e->map_size = e->usable = need;
+        pthread_mutex_unlock(&large_lock);
+        hak_stat_add(large, realloc_in_place, 1);
+        return p;
+    }
+    table_find((uintptr_t)p)->block = HAK_LARGE_TOMBSTONE;
+    int ok = table_insert((uintptr_t)q, need, need);
+    pthread_mutex_unlock(&large_lock);
+    if (!ok) hak_fatal_pointer("realloc", "out of metadata memory for", q);
+    return q;
+}
+
+void hak_large_fork_prepare(void) {
+    pthread_mutex_lock(&large_lock);
+}
+void hak_large_fork_parent(void) {
+    pthread_mutex_unlock(&large_lock);
+}
+void hak_large_fork_child(void) {
+    pthread_mutex_init(&large_lock, NULL);
 }

@@ -30,7 +30,7 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static hak_superslab *cache_first;
 static _Atomic size_t cache_count; // read without the lock only as a hint
 
-// Maps `size` bytes (a multiple of 4 KiB) aligned to `alignment` (a power of two >= 2 MiB).
+// Maps `size` bytes (a multiple of 4 KiB) aligned to `alignment` (a power of two >= 4 KiB).
 // The caller gets the aligned start; the mapping is exactly [start, start + size).
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size) {
     size_t over = size + alignment;
@@ -103,7 +103,7 @@ hak_superslab *hak_os_superslab_get(void) {
         ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
         if (!ss) return NULL;
     }
-    hak_registry_set((uintptr_t)ss, 1);
+    hak_registry_set((uintptr_t)ss, HAK_REG_SMALL);
     return ss;
 }
 
@@ -142,9 +142,19 @@ void hak_os_superslab_put(hak_superslab *ss) {
     pthread_mutex_unlock(&cache_lock);
     if (!ss) return;
     hak_stat_add(ss_os, cache_release, 1);
-    hak_registry_set((uintptr_t)ss, 0);
+    hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
     hak_os_unmap(ss, HAK_SS_SIZE);
     hak_stat_mapped(-(long)HAK_SS_SIZE);
+}
+
+// A page slot of a live superslab became free. The lean policy gives its memory back at once;
+// speed-first lets up to HAK_DIRTY_SLOTS_MAX free slots per superslab stay resident (a heap
+// whose live set breathes by a few pages reuses them warm) and purges them all beyond that.
+#define HAK_DIRTY_SLOTS_MAX 4
+void hak_os_page_slot_freed(hak_superslab *ss) {
+    unsigned dirty = (unsigned)__builtin_popcount(ss->dirty_mask & ss->free_page_mask);
+    if (dirty > (hak_option[HAK_OPT_SS_MEM_LEAN] ? 0u : HAK_DIRTY_SLOTS_MAX))
+        hak_superslab_purge(ss);
 }
 
 void hak_os_fork_prepare(void) {

@@ -11,7 +11,9 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     size_t index = (size_t)(page - ss->pages);
     char *start = hak_page_start(page);
     char *end = (char *)ss + (index + 1) * HAK_PAGE_SIZE;
-    page->block_size = hak_class_block_size[cls];
+    page->block_size = (uint16_t)hak_class_block_size[cls];
+    page->block_mask =
+        (uint16_t)((hak_class_block_size[cls] & (0u - hak_class_block_size[cls])) - 1);
     page->class_idx = (uint8_t)cls;
     page->capacity = (uint16_t)((size_t)(end - start) / page->block_size);
     page->reserved = 0;
@@ -59,13 +61,40 @@ void hak_page_collect(hak_page *page) {
     }
     hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
     hak_block *tail = list;
-    uint32_t count = 1;
-    while (tail->next)
-        tail = tail->next, count++;
+    int32_t count = 1;
+    for (;; tail = tail->next, count++) {
+        if (page->block_size >= 16) ((uintptr_t *)tail)[1] = 0; // the remote-free key
+        // More blocks than ever handed out: a block was freed twice (the list may even be a
+        // cycle); stop rather than walk it forever.
+        if (count > page->used) hak_fatal_pointer("free", "double free", tail);
+        if (!tail->next) break;
+    }
     tail->next = page->free;
     page->free = list;
-    hak_assert(page->used >= count);
     page->used -= count;
+}
+
+#ifdef HAK_DEBUG
+void hak_page_check_link(const hak_page *page, const hak_block *block) {
+    const hak_block *next = block->next;
+    if (next && !hak_page_contains_block(page, (uintptr_t)next))
+        hak_fatal_pointer("malloc", "free list corrupted (write after free?) at block", block);
+}
+#endif
+
+// A page whose `used` came down to 0 (and is about to be given back or retained): every block
+// carved must now be on free or local_free, each once. More (a cycle, a duplicate) or fewer
+// means a block was freed twice or a pointer that was no block was freed. Bounded walk.
+void hak_page_verify_empty(const hak_page *page) {
+    uint32_t count = 0;
+    const hak_block *lists[2] = {page->free, page->local_free};
+    for (int l = 0; l < 2; l++)
+        for (const hak_block *b = lists[l]; b; b = b->next)
+            if (++count > page->reserved || !hak_page_contains_block(page, (uintptr_t)b))
+                hak_fatal_pointer("free", "double free or invalid pointer in the page of", b);
+    if (count != page->reserved)
+        hak_fatal_pointer("free", "double free or invalid pointer in the page of",
+                          hak_page_start(page));
 }
 
 // A free from a thread that does not own the page: `first`..`last`, a chain of this page's

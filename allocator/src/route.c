@@ -12,7 +12,8 @@
 #include "internal.h"
 #include "options.h"
 
-// Masks cover the tiny classes C0..C7 only (bit i = class Ci); mid-pool classes stay legacy.
+// Masks cover the tiny groups C0..C7 only (bit i = every class of group Ci); mid-pool classes
+// stay legacy.
 #define HAK_TINY_CLASS_MASK 0xffu
 
 static unsigned tinyheap_mask(void) {
@@ -28,7 +29,7 @@ static unsigned tinyheap_mask(void) {
 }
 
 static int in_mask(long mask, unsigned cls) {
-    return cls < HAK_TINY_CLASS_COUNT && ((unsigned long)mask >> cls) & 1u;
+    return cls < HAK_TINY_CLASS_COUNT && ((unsigned long)mask >> hak_tiny_group[cls]) & 1u;
 }
 
 const hak_front *hak_route_for_class(unsigned cls) {
@@ -51,8 +52,8 @@ void hak_route_print(void) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
         unsigned lo = c == 0 ? 0 : hak_class_block_size[c - 1] + 1;
         if (hak_class_is_tiny(c))
-            hak_message("hakmem: route c%u (%u..%u B) -> %s\n", c, lo, hak_class_block_size[c],
-                        hak_route_for_class(c)->name);
+            hak_message("hakmem: route c%u (%u..%u B) -> %s\n", hak_tiny_group[c], lo,
+                        hak_class_block_size[c], hak_route_for_class(c)->name);
         else
             hak_message("hakmem: route mid%u (%u..%u B) -> %s\n", c - HAK_TINY_CLASS_COUNT, lo,
                         hak_class_block_size[c], hak_route_for_class(c)->name);

@@ -1,16 +1,29 @@
 // Size class tables (see sizeclass.h for the class layout).
 #include "sizeclass.h"
 
-// Tiny class of (n + 7) / 8: word counts 0..1 -> C0, 2 -> C1, 3..4 -> C2, ... 65..128 -> C7.
+// Tiny class of (n + 7) / 8 (the size in 8-byte words), the smallest class that holds it.
 #define RANGE(lo, hi, c) [lo... hi] = c
 const uint8_t hak_tiny_class_by_words[HAK_TINY_MAX / 8 + 1] = {
-    RANGE(0, 1, 0),  RANGE(2, 2, 1),   RANGE(3, 4, 2),   RANGE(5, 8, 3),
-    RANGE(9, 16, 4), RANGE(17, 32, 5), RANGE(33, 64, 6), RANGE(65, 128, 7),
+    RANGE(0, 1, 0),      RANGE(2, 2, 1),    RANGE(3, 4, 2),    RANGE(5, 6, 3),
+    RANGE(7, 8, 4),      RANGE(9, 10, 5),   RANGE(11, 12, 6),  RANGE(13, 14, 7),
+    RANGE(15, 16, 8),    RANGE(17, 20, 9),  RANGE(21, 24, 10), RANGE(25, 28, 11),
+    RANGE(29, 32, 12),   RANGE(33, 40, 13), RANGE(41, 48, 14), RANGE(49, 56, 15),
+    RANGE(57, 64, 16),   RANGE(65, 80, 17), RANGE(81, 96, 18), RANGE(97, 112, 19),
+    RANGE(113, 128, 20),
 };
 
 const uint32_t hak_class_block_size[HAK_CLASS_COUNT] = {
-    8,     16,    32,    64,    128,   256,   512,   1024,  // C0..C7
+    8,     16,    32,                                       // C0, C1, C2
+    48,    64,                                              // C3
+    80,    96,    112,   128,                               // C4
+    160,   192,   224,   256,                               // C5
+    320,   384,   448,   512,                               // C6
+    640,   768,   896,   1024,                              // C7
     1280,  1536,  1792,  2048,  2560,  3072,  3584,  4096,  // mid pool
     5120,  6144,  7168,  8192,  10240, 12288, 14336, 16384, //
     20480, 24576, 28672, 32768,                             //
+};
+
+const uint8_t hak_tiny_group[HAK_TINY_CLASS_COUNT] = {
+    0, 1, 2, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
 };

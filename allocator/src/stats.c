@@ -86,17 +86,20 @@ static void format_large(line_buffer *b) {
 }
 
 #if HAK_STATS_HOT
-// Per class counter: c0_<name> .. c7_<name>, then mid_<name> = sum over the mid pool.
+// Per group counter: c0_<name> .. c7_<name> (each the sum over the group's classes), then
+// mid_<name> = sum over the mid pool.
 static void append_per_class(line_buffer *b, const char *name, const uint64_t *by_class) {
     char prefix[8];
-    uint64_t mid = 0;
+    uint64_t group[HAK_TINY_GROUP_COUNT] = {0}, mid = 0;
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
-        if (hak_class_is_tiny(c)) {
-            snprintf(prefix, sizeof prefix, "c%u_", c);
-            append_key(b, prefix, name, by_class[c]);
-        } else {
+        if (hak_class_is_tiny(c))
+            group[hak_tiny_group[c]] += by_class[c];
+        else
             mid += by_class[c];
-        }
+    }
+    for (unsigned g = 0; g < HAK_TINY_GROUP_COUNT; g++) {
+        snprintf(prefix, sizeof prefix, "c%u_", g);
+        append_key(b, prefix, name, group[g]);
     }
     append_key(b, "mid_", name, mid);
 }
@@ -123,7 +126,9 @@ static void format_path(line_buffer *b, const char *group, const hak_front *fron
              free_slow = 0, fallback = 0;
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
         if (hak_route_for_class(c) != front) continue;
-        classes |= 1ull << c;
+        // Bit i: tiny group Ci, bits 8 and up: the mid classes.
+        classes |= 1ull << (hak_class_is_tiny(c) ? hak_tiny_group[c]
+                                                 : HAK_TINY_GROUP_COUNT + c - HAK_TINY_CLASS_COUNT);
         alloc += s->alloc[c];
         fast += s->fast[c];
         slow += s->slow[c];

@@ -34,6 +34,7 @@
     X(mmap_total)    /* mmap calls */                                                              \
     X(munmap)        /* munmap calls */                                                            \
     X(madvise)       /* madvise calls */                                                           \
+    X(slot_purge_kb) /* free page slots of live superslabs given back (madvise DONTNEED) */        \
     X(huge_alloc)    /* superslabs backed by huge pages */                                         \
     X(huge_fail)     /* huge page attempts that fell back */                                       \
     X(cache_hit)     /* superslab taken from the empty-superslab cache */                          \
@@ -41,15 +42,20 @@
     X(cache_release) /* empty superslab unmapped because the cache was full */                     \
     X(abandon)       /* superslabs left with live blocks by an exiting thread */                   \
     X(adopt)         /* abandoned superslabs taken over by another thread */                       \
+    X(abandoned_reclaimed) /* abandoned superslabs that emptied and went back to the OS policy */  \
+    X(remote_emptied) /* pages a sweep found emptied by remote frees (then as if emptied locally) */\
     X(mapped_kb)     /* currently mapped superslab + large memory */                               \
     X(mapped_peak_kb)
 
 #define HAK_LARGE_STATS_FIELDS(X)                                                                  \
     X(alloc)                                                                                       \
     X(free)                                                                                        \
-    X(cached)  /* served from a cached 2 MiB superslab */                                          \
-    X(mapped)  /* served by its own mapping */                                                     \
-    X(live_kb) /* currently allocated large memory */
+    X(cache_hit)        /* served from the cache of freed large regions */                         \
+    X(cache_put)        /* freed regions kept in that cache */                                     \
+    X(mapped)           /* served by a new mapping */                                              \
+    X(mremap)           /* realloc growths done by mremap (in place or moved, never copied) */     \
+    X(realloc_in_place) /* reallocs that kept the block where it was */                            \
+    X(live_kb)          /* currently allocated large memory (usable sizes) */
 
 // Per-class hot counters: key c<i>_<name> for tiny classes, mid_<name> summed over the mid pool.
 #define HAK_HEAP_STATS_COUNTERS(X)  X(fast) X(slow)

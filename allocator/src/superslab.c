@@ -1,19 +1,51 @@
 // Superslabs: 2 MiB-aligned regions split into 32 pages of 64 KiB (see internal.h), the
 // registry that tells our regions from foreign memory, and the list of superslabs abandoned
 // by exited threads with blocks still live.
+#include <errno.h>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
 _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
-void hak_registry_set(uintptr_t ss, int on) {
-    atomic_store_explicit(&hak_registry[ss >> HAK_SS_SHIFT], (uint8_t)on, memory_order_release);
+void hak_registry_set(uintptr_t chunk, unsigned value) {
+    atomic_store_explicit(&hak_registry[chunk >> HAK_SS_SHIFT], (uint8_t)value,
+                          memory_order_release);
 }
 
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
-static hak_superslab *abandoned_first;
+static hak_superslab *abandoned_first, *abandoned_last;
 static _Atomic size_t abandoned_count; // read without the lock as a hint
+
+// The abandoned list is FIFO: pushed at the tail, popped at the head.
+static void push_abandoned(hak_superslab *ss) {
+    ss->next = NULL;
+    ss->prev = abandoned_last;
+    if (abandoned_last)
+        abandoned_last->next = ss;
+    else
+        abandoned_first = ss;
+    abandoned_last = ss;
+    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+}
+
+static hak_superslab *pop_abandoned(void) {
+    if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
+    pthread_mutex_lock(&abandoned_lock);
+    hak_superslab *ss = abandoned_first;
+    if (ss) {
+        abandoned_first = ss->next;
+        if (abandoned_first)
+            abandoned_first->prev = NULL;
+        else
+            abandoned_last = NULL;
+        ss->next = ss->prev = NULL;
+        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&abandoned_lock);
+    return ss;
+}
 
 hak_superslab *hak_superslab_acquire(hak_heap *heap) {
     hak_superslab *ss = hak_os_superslab_get();
@@ -35,6 +67,7 @@ hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
     unsigned i = (unsigned)__builtin_ctz(ss->free_page_mask);
     ss->free_page_mask &= ~(1u << i);
+    ss->dirty_mask &= ~(1u << i);
     ss->pages_in_use++;
     return &ss->pages[i];
 }
@@ -48,29 +81,70 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
     page->free = page->local_free = NULL;
     ss->free_page_mask |= 1u << i;
+    ss->dirty_mask |= 1u << i;
     ss->pages_in_use--;
+}
+
+// Gives the memory of the superslab's resident free slots back to the kernel, one madvise per
+// run of adjacent slots (they read as zero afterwards; carving rewrites every link anyway).
+// The header page stays. A huge-page superslab is one page: nothing to give back piecewise.
+void hak_superslab_purge(hak_superslab *ss) {
+    uint32_t mask = ss->dirty_mask & ss->free_page_mask;
+    ss->dirty_mask &= ~mask;
+    if (ss->huge) return;
+    int saved = errno;
+    while (mask) {
+        unsigned first = (unsigned)__builtin_ctz(mask);
+        unsigned end = first;
+        while (end < HAK_PAGES_PER_SS && (mask >> end & 1u))
+            end++;
+        mask &= end < 32 ? ~((1u << end) - 1) : 0u;
+        char *start = (char *)ss + (first == 0 ? HAK_SS_HEADER_SIZE : first * HAK_PAGE_SIZE);
+        char *stop = (char *)ss + (size_t)end * HAK_PAGE_SIZE;
+        madvise(start, (size_t)(stop - start), MADV_DONTNEED);
+        hak_stat_add(ss_os, madvise, 1);
+        hak_stat_add(ss_os, slot_purge_kb, (size_t)(stop - start) / 1024);
+    }
+    errno = saved;
 }
 
 void hak_superslab_abandon(hak_superslab *ss) {
     hak_stat_add(ss_os, abandon, 1);
+    hak_superslab_purge(ss); // nobody allocates from it until it is adopted
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     pthread_mutex_lock(&abandoned_lock);
-    ss->next = abandoned_first;
-    ss->prev = NULL;
-    abandoned_first = ss;
-    atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+    push_abandoned(ss);
     pthread_mutex_unlock(&abandoned_lock);
 }
 
-hak_superslab *hak_superslab_pop_abandoned(void) {
-    if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
-    pthread_mutex_lock(&abandoned_lock);
-    hak_superslab *ss = abandoned_first;
-    if (ss) {
-        abandoned_first = ss->next;
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+// Visits up to `visits` abandoned superslabs from the head of the list (the longest waiting):
+// collects the remote frees of every page, gives emptied pages back (purged) and an emptied
+// superslab to the OS policy; one with live blocks goes back to the tail. The visitor holds a
+// popped superslab exclusively, as an adopter would, so it may collect its pages.
+void hak_superslab_reclaim_abandoned(unsigned visits) {
+    for (; visits; visits--) {
+        hak_superslab *ss = pop_abandoned();
+        if (!ss) return;
+        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+            hak_page *page = &ss->pages[i];
+            if (!page->in_use) continue;
+            hak_page_collect(page);
+            if (page->used == 0) hak_superslab_page_free(ss, page);
+        }
+        if (ss->pages_in_use == 0) {
+            hak_stat_add(ss_os, abandoned_reclaimed, 1);
+            hak_superslab_release(ss);
+            continue;
+        }
+        hak_superslab_purge(ss);
+        pthread_mutex_lock(&abandoned_lock);
+        push_abandoned(ss);
+        pthread_mutex_unlock(&abandoned_lock);
     }
-    pthread_mutex_unlock(&abandoned_lock);
+}
+
+hak_superslab *hak_superslab_pop_abandoned(void) {
+    hak_superslab *ss = pop_abandoned();
     if (ss) hak_stat_add(ss_os, adopt, 1);
     return ss;
 }

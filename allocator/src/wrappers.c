@@ -17,10 +17,13 @@
 HAK_EXPORT void *hak_malloc(size_t size) {
     hak_heap *heap = hak_tls_heap;
     if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
-        unsigned cls = hak_tiny_class_of(size);
+        unsigned cls = heap->class_of_size[size];
         hak_page *page = heap->direct[cls];
         hak_block *block = page->free;
         if (HAK_LIKELY(block != NULL)) {
+#ifdef HAK_DEBUG
+            hak_page_check_link(page, block);
+#endif
             page->free = block->next;
             page->used++;
             HAK_HOT_STAT(heap, fast, cls);
@@ -31,24 +34,45 @@ HAK_EXPORT void *hak_malloc(size_t size) {
     return hak_malloc_slow(size);
 }
 
+// The checks on the way (each miss goes to the slow path, which reports what it was):
+//   registry == SMALL   a pointer into a superslab (NULL, foreign and large pointers miss)
+//   local_owner == heap an owner free into a page on the fast path
+//   a & block_mask      not at a block boundary (interior or unaligned pointer)
+//   != local_free       the block freed just before (immediate double free)
+//   --used <= 0         the page emptied, or went below empty (a double free, reported there)
+// --*used, and whether it came down to 0 or below: one `sub` on memory and one `jle` (gcc does
+// not fold a signed test into a read-modify-write by itself; the plain C costs three more).
+static inline __attribute__((always_inline)) int used_drop_to_empty(int32_t *used) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+    __asm__ goto("subl $1, %0\n\tjle %l[empty]" : "+m"(*used) : : "cc" : empty);
+    return 0;
+empty:
+    return 1;
+#else
+    return --*used <= 0;
+#endif
+}
+
 HAK_EXPORT void hak_free(void *p) {
 #ifndef HAK_DEBUG // the debug build checks every free in the slow path
     uintptr_t a = (uintptr_t)p;
-    uintptr_t chunk = (a - 1) >> HAK_SS_SHIFT; // NULL wraps around to a huge chunk number
-    if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
-        if (HAK_LIKELY(atomic_load_explicit(&hak_registry[chunk], memory_order_relaxed))) {
-            hak_superslab *ss = hak_superslab_of(a);
-            hak_page *page = hak_page_of(ss, a);
-            hak_heap *heap = hak_tls_heap;
-            hak_block *block = p;
-            // block == local_free: the cheap double-free check; the slow path reports it.
-            if (HAK_LIKELY(hak_page_local_owner(page) == heap && block != page->local_free)) {
-                block->next = page->local_free;
-                page->local_free = block;
-                HAK_HOT_STAT(heap, free, page->class_idx);
-                if (HAK_UNLIKELY(--page->used == 0)) hak_heap_page_emptied(heap, page);
-                return;
-            }
+    uintptr_t chunk = a >> HAK_SS_SHIFT;
+    // A plain byte read, so the compare takes its operand from memory: the byte of a chunk
+    // this pointer can be in changes only while no live block of ours is there.
+    if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE) &&
+        HAK_LIKELY(((const uint8_t *)hak_registry)[chunk] == HAK_REG_SMALL)) {
+        hak_superslab *ss = hak_superslab_of(a);
+        hak_page *page = hak_page_of(ss, a);
+        hak_heap *heap = hak_tls_heap;
+        hak_block *block = p;
+        if (HAK_LIKELY(hak_page_local_owner(page) == heap && !((uint16_t)a & page->block_mask) &&
+                       block != page->local_free)) {
+            block->next = page->local_free;
+            page->local_free = block;
+            HAK_HOT_STAT(heap, free, page->class_idx);
+            if (HAK_UNLIKELY(used_drop_to_empty(&page->used)))
+                hak_heap_free_emptied(heap, page, block);
+            return;
         }
     }
 #endif
@@ -66,6 +90,9 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
     if (block) {
+#ifdef HAK_DEBUG
+        hak_page_check_link(page, block);
+#endif
         page->free = block->next;
         page->used++;
         HAK_HOT_STAT(heap, fast, cls);
@@ -101,20 +128,26 @@ HAK_NOINLINE void *hak_malloc_slow(size_t size) {
     return alloc_class(heap, hak_class_of(size));
 }
 
-// Validates that p lies in a live region of ours; returns its superslab (small or large).
+// Validates that p lies in a region of ours: NULL for a large block (the caller asks
+// large.c), else its superslab, in use.
 static hak_superslab *checked_superslab(const char *func, void *p) {
     uintptr_t a = (uintptr_t)p;
-    if (a - 1 >= HAK_ADDRESS_LIMIT - 1) hak_fatal_pointer(func, "invalid pointer", p);
+    if (a >= HAK_ADDRESS_LIMIT) hak_fatal_pointer(func, "invalid pointer", p);
+    unsigned kind = hak_registry_get(a);
+    if (kind == HAK_REG_LARGE) return NULL;
+    if (kind != HAK_REG_SMALL) hak_fatal_pointer(func, "invalid pointer", p);
     hak_superslab *ss = hak_superslab_of(a);
-    if (!hak_registry_has((uintptr_t)ss)) hak_fatal_pointer(func, "invalid pointer", p);
     // A region already given back (cached, kind FREE): the block was freed before.
     if (ss->kind == HAK_SS_FREE) hak_fatal_pointer(func, "double free", p);
     return ss;
 }
 
-// The page of small block p, which must be the start of one of its blocks.
+// The page of small block p, which must be the start of one of its blocks. A block start in
+// a page slot that is free now was freed with its page.
 static hak_page *checked_page(const char *func, hak_superslab *ss, void *p) {
     hak_page *page = hak_page_of(ss, (uintptr_t)p);
+    if (!page->in_use && (uintptr_t)p >= (uintptr_t)hak_page_start(page))
+        hak_fatal_pointer(func, "double free", p);
     if (!hak_page_contains_block(page, (uintptr_t)p)) hak_fatal_pointer(func, "invalid pointer", p);
     return page;
 }
@@ -122,30 +155,35 @@ static hak_page *checked_page(const char *func, hak_superslab *ss, void *p) {
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (p == NULL) return;
     hak_superslab *ss = checked_superslab("free", p);
-    if (ss->kind == HAK_SS_LARGE) {
-        hak_large_free(ss, p);
+    if (!ss) {
+        hak_large_free(p);
         return;
     }
     hak_block *block = p;
     hak_heap *heap = hak_tls_heap;
     if (atomic_load_explicit(&ss->owner, memory_order_relaxed) == heap) {
-        // Owner free of a full page. Like the fast path, the fast build skips the block-start
-        // check (a division) here; the debug build checks it and walks the free lists.
-        hak_page *page = hak_page_of(ss, (uintptr_t)p);
+        // Owner free that missed the fast path: a full page, or a pointer the fast path
+        // refused. Checked in full (block start, and in the debug build the free lists).
+        hak_page *page = checked_page("free", ss, p);
 #ifdef HAK_DEBUG
-        checked_page("free", ss, p);
         if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
 #endif
-        if (!page->in_use) hak_fatal_pointer("free", "invalid pointer", p);
-        if (page->used == 0 || block == page->local_free || block == page->free)
+        if (page->used <= 0 || block == page->local_free || block == page->free)
             hak_fatal_pointer("free", "double free", p);
         HAK_HOT_STAT(heap, free, page->class_idx);
         HAK_HOT_STAT(heap, free_slow, page->class_idx);
         heap->route[page->class_idx]->free_local_slow(heap, page, block);
         return;
     }
-    // Remote: checked fully, since the owner will trust the chain it collects.
+    // Remote: checked fully, since the owner will trust the chain it collects. A block still
+    // carrying the remote key is on its way to its owner already: a second remote free.
     hak_page *page = checked_page("free", ss, p);
+    if (page->block_size >= 16) {
+        uintptr_t *words = p;
+        if (words[1] == (hak_remote_key ^ (uintptr_t)p))
+            hak_fatal_pointer("free", "double free", p);
+        words[1] = hak_remote_key ^ (uintptr_t)p;
+    }
     // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
     // destructor flushes it.
     if (heap == &hak_heap_empty && !(heap = hak_thread_init())) {
@@ -155,12 +193,13 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, remote_free, page->class_idx);
     hak_heap_free_remote(heap, page, block);
+    if (!atomic_load_explicit(&ss->owner, memory_order_relaxed)) hak_heap_note_abandoned_free(heap);
 }
 
 // Usable size of a live block, after the same checks as free.
 static size_t checked_usable_size(const char *func, void *p) {
     hak_superslab *ss = checked_superslab(func, p);
-    if (ss->kind == HAK_SS_LARGE) return hak_large_usable(ss, p);
+    if (!ss) return hak_large_usable(func, p);
     return checked_page(func, ss, p)->block_size;
 }
 
@@ -195,7 +234,12 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
         return NULL;
     }
     size_t usable = checked_usable_size("realloc", p);
-    // Shrinking by up to half stays in place (for large blocks too: the tail stays mapped).
+    // Large to large: resized in place or moved by mremap, never copied.
+    if (usable > HAK_MID_MAX && size > HAK_MID_MAX) {
+        void *q = hak_large_realloc(p, size);
+        if (q) return q;
+    }
+    // A small block shrinking by up to half stays in place.
     if (size <= usable && size >= usable / 2) return p;
     void *q = hak_malloc(size);
     if (!q) return NULL;

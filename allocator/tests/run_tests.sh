@@ -8,6 +8,7 @@
 #   --profiles  space-separated env profiles: `default` (no settings) or comma-joined
 #               assignments, e.g. "default HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,HAKMEM_X=1"
 #   --variants  fast stats debug asan preload   (libhakmem builds; tests.mk builds them)
+#               tsan                            (ThreadSanitizer build; multi-threaded tests)
 #               glibc mimalloc                  (reference runs, no libhakmem involved)
 #   --matrix-variants  variants for the profiles other than `default` (default: --variants);
 #               the default profile runs under every variant, the others under these
@@ -26,7 +27,7 @@ build=build
 profiles=default
 variants="fast stats debug asan preload"
 matrix_variants=""
-tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_paths preload_programs"
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -48,6 +49,7 @@ test_arguments() {
     local variant=$1 test=$2
     case "$variant/$test" in
     asan/test_stress) echo "6 6 20" ;;
+    tsan/test_stress) echo "4 4 10" ;;
     debug/test_stress) echo "8 6 20" ;;
     */test_stress) echo "8 12 40" ;;
     asan/test_fork | debug/test_fork) echo 20 ;;
@@ -74,6 +76,7 @@ variant_environment() {
     mimalloc) echo "LD_PRELOAD=$mimalloc_library" ;;
     stats) echo "HAKMEM_STATS=1 HAKMEM_STATS_FILE=$stats_file" ;;
     asan) echo "ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1" ;;
+    tsan) echo "TSAN_OPTIONS=halt_on_error=1:exitcode=66" ;;
     debug) echo "UBSAN_OPTIONS=print_stacktrace=1" ;;
     esac
 }

@@ -96,6 +96,17 @@ static inline uint64_t test_random_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+// Whether resident-memory bounds say anything about the allocator: under ThreadSanitizer the
+// process's resident set is mostly the sanitizer's shadow memory, which grows with every
+// address and thread the program touches.
+static inline bool resident_bounds_apply(void) {
+#if defined(__SANITIZE_THREAD__)
+    return false;
+#else
+    return true;
+#endif
+}
+
 // Resident and virtual size of this process in bytes, from /proc/self/statm. Reading it with
 // read(2) rather than stdio keeps the measurement itself free of malloc.
 static inline bool process_memory(size_t *resident, size_t *virtual_size) {

@@ -7,6 +7,8 @@
 #   debug    statically linked with $(BUILD)/debug/libhakmem.a (assertions, UBSan)
 #   asan     ASan+UBSan binary calling the prefixed API of
 #            $(BUILD)/debug-asan/libhakmem_prefixed.a (ASan owns malloc itself)
+#   tsan     ThreadSanitizer binary calling the prefixed API of
+#            $(BUILD)/debug-tsan/libhakmem_prefixed.a (the multi-threaded tests only)
 #
 # make test-allocator runs profiles x variants x tests through run_tests.sh, then
 # check_routes.sh (each path switch engages exactly its path, by the stats counters):
@@ -24,7 +26,7 @@
 # libhakmem, to show that the tests themselves are right.
 
 HAKTEST_DIR     := allocator/tests
-HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free \
+HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release \
     test_paths
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
@@ -51,14 +53,19 @@ HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
 HAKTEST_FLAGS_dynamic :=
 HAKTEST_FLAGS_fast    := -DHAKTEST_LINKS_HAKMEM
 HAKTEST_FLAGS_stats   := -DHAKTEST_LINKS_HAKMEM
-HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -fsanitize=undefined -fno-omit-frame-pointer
-HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_PREFIXED_API -Iallocator/include \
+HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -fsanitize=undefined -fno-omit-frame-pointer
+HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -DHAKTEST_PREFIXED_API -Iallocator/include \
     -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
 HAKTEST_LIB_dynamic :=
 HAKTEST_LIB_fast    := $(BUILD)/fast/libhakmem.a
 HAKTEST_LIB_stats   := $(BUILD)/stats/libhakmem.a
 HAKTEST_LIB_debug   := $(BUILD)/debug/libhakmem.a
 HAKTEST_LIB_asan    := $(BUILD)/debug-asan/libhakmem_prefixed.a
+HAKTEST_FLAGS_tsan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_PREFIXED_API -Iallocator/include \
+    -fsanitize=thread -fno-omit-frame-pointer -O1
+HAKTEST_LIB_tsan    := $(BUILD)/debug-tsan/libhakmem_prefixed.a
+# The multi-threaded tests, also run against the ThreadSanitizer build (default profile).
+HAKTEST_TSAN_NAMES  := test_stress test_thread_exit test_release
 
 # Variants to the kind of binary they run: preload, glibc and mimalloc use the dynamic one.
 haktest_kind = $(if $(filter preload glibc mimalloc,$(1)),dynamic,$(1))
@@ -70,14 +77,17 @@ $(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1))
 	@mkdir -p $$(@D)
 	$$(CC) $$(HAKTEST_CFLAGS) $$(HAKTEST_FLAGS_$(1)) -o $$@ $$< $$(HAKTEST_LIB_$(1)) $$(HAKTEST_LDLIBS)
 endef
-$(foreach k,dynamic fast stats debug asan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
+$(foreach k,dynamic fast stats debug asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
 
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 
 .PHONY: test-allocator test-allocator-reference
-test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k)))
+test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
+    $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES))
 	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
 	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
+	bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles default --variants tsan \
+	    --tests "$(HAKTEST_TSAN_NAMES)"
 	bash $(HAKTEST_DIR)/check_routes.sh "$(BUILD)"
 
 test-allocator-reference: $(call haktest_bins,dynamic)

@@ -17,6 +17,11 @@ from hakbench.progress import progress_reporter
 @click.command("scorecard")
 @click.option("--refresh", is_flag=True, help="measure again: run the scorecard matrix first")
 @click.option("--quick", is_flag=True, help="with --refresh: the matrix's quick_runs rounds")
+@click.option(
+    "--apps",
+    is_flag=True,
+    help="with --refresh: the applications-and-stress section (profiles/matrices/apps.toml)",
+)
 @click.option("--runs", type=click.IntRange(1, 1000), help="with --refresh: measured rounds")
 @click.option(
     "--matrix",
@@ -30,20 +35,22 @@ from hakbench.progress import progress_reporter
     type=click.Path(file_okay=False, path_type=Path),
     help="results directory (default: results/)",
 )
-def scorecard_cmd(refresh, quick, runs, matrix_file, check, results):
+def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
     """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
-    stored in results/scorecard/ alone.
+    stored in results/scorecard/ (and, for the applications-and-stress section,
+    results/scorecard-apps/) alone.
 
     --refresh runs the scorecard matrix on this machine first and replaces the stored
-    samples (history.csv gains one block of rows). --check regenerates into a temporary
-    directory and exits 1 when the committed files differ. With no stored samples, exit 2
-    and say how to make them.
+    samples (history.csv gains one block of rows); with --apps it runs
+    profiles/matrices/apps.toml into results/scorecard-apps/ instead. --check regenerates
+    into a temporary directory and exits 1 when the committed files differ. With no stored
+    samples, exit 2 and say how to make them.
     """
     results = results or paths.results_dir()
     if check and refresh:
         raise UsageError("--check compares the committed files; it does not refresh")
-    if not refresh and (quick or runs or matrix_file):
-        raise UsageError("--quick, --runs and --matrix go with --refresh")
+    if not refresh and (quick or runs or matrix_file or apps):
+        raise UsageError("--quick, --runs, --matrix and --apps go with --refresh")
     if check:
         problems = scorecard.check(results)
         if problems:
@@ -67,6 +74,7 @@ def scorecard_cmd(refresh, quick, runs, matrix_file, check, results):
                 runs=runs,
                 command=command_line(),
                 on_sample=progress_reporter("scorecard"),
+                apps=apps,
             )
         except KeyboardInterrupt:
             click.echo("\ninterrupted; the stored scorecard was left as it was", err=True)

@@ -104,7 +104,11 @@ def _pct_option(value: float, name: str) -> float:
     help="Max ops/s decline, %/h (same rule).",
 )
 @click.option(
-    "--cv-budget", default=soak.Thresholds.cv_pct, show_default=True, help="Max ops/s CV, %."
+    "--cv-budget",
+    type=float,
+    default=None,
+    help="Max ops/s CV, %% [default: reported, not judged: a shared VM's speed modes alone "
+    "give every allocator 10-50 %%]",
 )
 @click.option(
     "--syscall-budget",
@@ -140,7 +144,7 @@ def soak_command(
     thresholds = soak.Thresholds(
         rss_pct_per_h=_pct_option(rss_budget, "--rss-budget"),
         ops_pct_per_h=_pct_option(ops_budget, "--ops-budget"),
-        cv_pct=_pct_option(cv_budget, "--cv-budget"),
+        cv_pct=None if cv_budget is None else _pct_option(cv_budget, "--cv-budget"),
         syscalls_per_kop=_pct_option(syscall_budget, "--syscall-budget"),
     )
     if warmup_epochs is None:

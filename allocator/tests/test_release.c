@@ -1,0 +1,167 @@
+// test_release: memory goes back and large blocks are sized to need (issue #11).
+//   - every size 0..HAK_MID_MAX maps to a class at least that large (the tables themselves)
+//   - a 33 KiB block's usable size is within one OS page of the request
+//   - growing a 100 MiB block to 200 MiB does not copy it (resident memory barely moves: a
+//     copy would touch all 100 MiB of the new block)
+//   - blocks freed by another thread: once they are all back, their pages are given back
+//     while the allocating thread lives (resident memory falls) — the remote-emptied path
+//   - malloc/free from pthread key destructors at thread exit
+//   - aligned_alloc/memalign/posix_memalign reject invalid alignments
+// Bounds that only libhakmem promises are checked only under libhakmem.
+#include "testhelper.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+#include "../src/sizeclass.c"
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+static void test_size_classes(void) {
+    bool ok = true;
+    for (size_t n = 0; n <= HAK_MID_MAX; n++) {
+        unsigned cls = hak_class_of(n);
+        ok &= cls < HAK_CLASS_COUNT && hak_class_block_size[cls] >= n;
+        if (cls > 0) ok &= hak_class_block_size[cls - 1] < n; // the smallest class that fits
+    }
+    CHECK(ok);
+}
+
+static void test_usable_size(void) {
+    size_t sizes[] = {33 * KiB, 40 * KiB, 100000, 3 * MiB + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        unsigned char *p = malloc(sizes[i]);
+        if (!CHECK(p != NULL)) continue;
+        size_t usable = malloc_usable_size(p);
+        CHECK(usable >= sizes[i]);
+        if (allocator_is_hakmem()) CHECK(usable - sizes[i] < 4096);
+        memset(p, 1, usable);
+        free(p);
+    }
+}
+
+static size_t resident_now(void) {
+    size_t resident = 0;
+    CHECK(process_memory(&resident, NULL));
+    return resident;
+}
+
+static void test_realloc_does_not_copy(void) {
+    size_t size = 100 * MiB;
+    unsigned char *p = malloc(size);
+    if (!CHECK(p != NULL)) return;
+    p[0] = 7;
+    p[size - 1] = 9;
+    size_t before = resident_now();
+    unsigned char *q = realloc(p, 2 * size);
+    if (!CHECK(q != NULL)) return;
+    size_t after = resident_now();
+    CHECK(q[0] == 7 && q[size - 1] == 9);
+    printf("realloc 100 MiB -> 200 MiB: resident %zu -> %zu KiB\n", before / KiB, after / KiB);
+    if (allocator_is_hakmem() && resident_bounds_apply()) CHECK(after < before + 8 * MiB);
+    q = realloc(q, 50 * MiB); // shrinks in place
+    CHECK(q != NULL && q[0] == 7);
+    free(q);
+}
+
+// 48 MiB of 64-byte blocks allocated here, freed by another thread.
+#define REMOTE_BLOCKS (48 * MiB / 64)
+static void **remote_blocks;
+
+static void *free_all(void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < REMOTE_BLOCKS; i++)
+        free(remote_blocks[i]);
+    return NULL;
+}
+
+static void test_remote_emptied_pages_released(void) {
+    remote_blocks = calloc(REMOTE_BLOCKS, sizeof(void *));
+    if (!CHECK(remote_blocks != NULL)) return;
+    for (size_t i = 0; i < REMOTE_BLOCKS; i++) {
+        remote_blocks[i] = malloc(64);
+        memset(remote_blocks[i], 0x33, 64);
+    }
+    size_t peak = resident_now();
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, free_all, NULL) == 0)) return;
+    pthread_join(thread, NULL);
+    // This thread goes on allocating other sizes: its slow paths find the emptied pages.
+    void *keep[4096];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 4096; i++)
+            keep[i] = malloc(2000 + (size_t)round * 16);
+        for (int i = 0; i < 4096; i++)
+            free(keep[i]);
+    }
+    size_t after = resident_now();
+    printf("48 MiB freed by another thread: resident %zu -> %zu KiB\n", peak / KiB, after / KiB);
+    if (allocator_is_hakmem() && resident_bounds_apply()) CHECK(after + 16 * MiB < peak);
+    free(remote_blocks);
+}
+
+static pthread_key_t destructor_key;
+static atomic_int destructor_runs;
+
+static void destructor(void *value) {
+    free(value);
+    void *blocks[64];
+    for (int i = 0; i < 64; i++) {
+        blocks[i] = malloc((size_t)(i * 37) % 5000 + 1);
+        memset(blocks[i], i, 1);
+    }
+    for (int i = 0; i < 64; i++)
+        free(blocks[i]);
+    atomic_fetch_add(&destructor_runs, 1);
+}
+
+static void *thread_with_destructor(void *arg) {
+    (void)arg;
+    pthread_setspecific(destructor_key, malloc(100));
+    void *p = malloc(3000);
+    free(p);
+    return NULL;
+}
+
+static void test_thread_exit_destructors(void) {
+    CHECK(pthread_key_create(&destructor_key, destructor) == 0);
+    for (int i = 0; i < 64; i++) {
+        pthread_t thread;
+        if (!CHECK(pthread_create(&thread, NULL, thread_with_destructor, NULL) == 0)) return;
+        pthread_join(thread, NULL);
+    }
+    CHECK(atomic_load(&destructor_runs) == 64);
+}
+
+static void test_aligned_invalid(void) {
+    void *p = (void *)1;
+    CHECK(posix_memalign(&p, 3, 16) == EINVAL);
+    CHECK(posix_memalign(&p, 0, 16) == EINVAL);
+    CHECK(posix_memalign(&p, sizeof(void *) / 2, 16) == EINVAL);
+    CHECK(p == (void *)1);       // untouched on failure
+    if (allocator_is_hakmem()) { // glibc before 2.38 rounds the alignment up
+        errno = 0;
+        CHECK(aligned_alloc(3, 16) == NULL && errno == EINVAL);
+        errno = 0;
+        CHECK(memalign(SIZE_MAX / 2 + 2, 16) == NULL && errno == EINVAL);
+    }
+    CHECK(posix_memalign(&p, 64, SIZE_MAX - 100) == ENOMEM);
+    void *q = aligned_alloc(4096, 100);
+    CHECK(q != NULL && ((uintptr_t)q & 4095) == 0);
+    free(q);
+    q = memalign(1 << 20, 100000);
+    CHECK(q != NULL && ((uintptr_t)q & ((1 << 20) - 1)) == 0);
+    free(q);
+}
+
+int main(void) {
+    printf("allocator: %s\n", allocator_name());
+    test_size_classes();
+    test_usable_size();
+    test_realloc_does_not_copy();
+    test_remote_emptied_pages_released();
+    test_thread_exit_destructors();
+    test_aligned_invalid();
+    return test_summary();
+}
