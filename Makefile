@@ -3,7 +3,7 @@
 #   make build   every allocator variant (PGO included) and every harness program
 #   make demo    setup + build + the main job: the lean memory policy (BALANCED) against
 #                the speed-first default (C7_SAFE) where it acts (burst) and where it does
-#                not (mixed); 12 pairs each keep it under a minute
+#                not (mixed); 12 pairs each: 28-40 s on the loaded 2-core VM
 #   make test    setup + build + C tests + pytest + lint + scorecard check (committed
 #                results/ must regenerate identically from results/scorecard/) + the
 #                instruction gate (exact Ir/op of libhakmem vs results/scorecard/gate.json)

@@ -38,7 +38,7 @@ def test_the_options_table_declares_counters_and_the_stats_build_prints_them():
     table = {o["name"]: o["counters"] for o in load_options()}
     for name in SWITCHES_THAT_ACT:
         assert table[name], f"{name} declares no counter"
-    assert table["HAKMEM_SS_MEM_LEAN"] == ["SS_OS_STATS.madvise"]
+    assert "SS_OS_STATS.slot_purge_kb" in table["HAKMEM_SS_MEM_LEAN"]
     assert table["HAKMEM_STATS"] == []  # prints, does not act
     # every declared counter is a real one: a stats-build run with every group printed
     cell = make_cell("hakmem", "mixed_short", variant="stats", profile="C7_SAFE")
