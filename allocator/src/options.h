@@ -8,9 +8,10 @@
 //   default    text, parsed by the same parser as the environment
 //   variants   which builds honour it ("fast,stats,debug" = every build)
 //   enum values "A|B|C" for ENUM rows (value = index), else ""
-//   counters   the stats counters ("GROUP.key,...") that prove the switch acted in a run: one
-//              of them is non-zero when it did (hakbench ab's engagement check reads them from
-//              `hakmem-options --json`); "" for switches that only change what is printed
+//   counters   the stats counters ("GROUP.key,...") that show the switch acted in a run: one
+//              of them differs between a run with and one without it (hakbench ab's engagement
+//              check reads them from `hakmem-options --json`); "" for switches that only change
+//              what is printed
 #ifndef HAK_OPTIONS_H
 #define HAK_OPTIONS_H
 
