@@ -25,23 +25,15 @@ from pathlib import Path
 
 from hakbench import stats as st
 from hakbench.cell import Cell, make_cell
-from hakbench.collect.allocstats import route_hits
+from hakbench.collect.allocstats import counter
 from hakbench.errors import UsageError
 from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
-from hakbench.profiles import expand_workloads, resolve_workload
+from hakbench.profiles import expand_workloads, load_options, resolve_workload
 from hakbench.progress import Progress
 from hakbench.runner import instruction_sample, perf_usable, run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import RunStore, write_json, write_pyperf
-
-# A switch that picks a front path -> the stats group whose route_hits shows the path ran.
-ENGAGEMENT_GROUPS = {
-    "HAKMEM_TINY_HOTHEAP_V2": "HOTHEAP_V2_STATS",
-    "HAKMEM_SMALL_HEAP_V3_ENABLED": "SMALL_HEAP_V3_STATS",
-    "HAKMEM_TINY_HEAP_PROFILE": "TINY_HEAP_STATS",
-    "HAKMEM_TINY_HEAP_CLASSES": "TINY_HEAP_STATS",
-}
 
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
 # while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
@@ -64,11 +56,6 @@ TIMED_METRICS = ("throughput", "task_clock_ms")
 PERF_MODES = ("observe", "each", "off")
 DEFAULT_PERF_MODE = "observe"
 DEFAULT_PERF_RUNS = 3
-PERF_MODE_WHY = (
-    "Measured pairs run without perf by default because on this VM wrapping every sample in "
-    "`perf stat` roughly doubled the width of the throughput CI (4.9-7.5 % against 1.7-4.3 % "
-    "without, same ~2 % A/B at load 2.6-3.6) and halved the detections (1/4 against 3/4)."
-)
 
 SUMMARY_FIELDS = (
     "workload",
@@ -154,6 +141,7 @@ class ABResult:
     perf_counters: list = field(default_factory=list)  # stats.Comparison, source "perf"
     perf_note: str = ""  # why perf counter runs were not taken, when they were not
     noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
+    failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command
@@ -202,23 +190,61 @@ def differing_switches(a: Cell, b: Cell) -> dict:
     return {k: (a.env.get(k), b.env.get(k)) for k in sorted(keys) if a.env.get(k) != b.env.get(k)}
 
 
-def engagement(a: Cell, b: Cell, observed: dict) -> dict:
-    """Did the path a differing switch selects run on either side? ``observed``: side ->
-    alloc_stats of that side's stats run (None when it failed)."""
-    switches = {k: v for k, v in differing_switches(a, b).items() if k in ENGAGEMENT_GROUPS}
+def switch_counters(options=None) -> dict:
+    """HAKMEM_* key -> the stats counters (``GROUP.key``) that prove the switch acted: the
+    counters column of the options table (allocator/src/options.h, exported by
+    ``hakmem-options --json``). A switch without counters (a stats or verbosity switch)
+    changes what is printed, not what the allocator does."""
+    rows = load_options() if options is None else options
+    return {o["name"]: list(o.get("counters") or ()) for o in rows}
+
+
+ENGAGED, NOT_ENGAGED, PARTIAL, UNKNOWN = "engaged", "not-engaged", "partial", "unknown"
+
+
+def engagement(a: Cell, b: Cell, observed: dict, options=None) -> dict:
+    """Did every switch that differs between A and B act? ``observed``: side -> the
+    alloc_stats of that side's stats run (None when it failed). A switch acted when one of
+    its counters differs between A and B (the path ran on one side only, the policy gave
+    back more or less); it did not when each counter is the same on both sides (zero, or
+    what both sides do anyway). ENGAGED when every switch with counters acted, NOT-ENGAGED
+    when none did, PARTIAL when some did and some did not; unknown when a counter was not
+    reported. Counters of multi-threaded workloads vary from run to run, so there a
+    difference is weaker evidence than on the deterministic single-threaded programs."""
+    switches = differing_switches(a, b)
     if not switches:
-        return {"status": "n/a", "detail": "no routing switch differs"}
+        return {"status": "n/a", "detail": "no switch differs", "switches": {}}
+    declared = switch_counters(options)
+    per: dict = {}
     notes = []
-    status = "engaged"
     for key in switches:
-        group = ENGAGEMENT_GROUPS[key]
-        hits = {s: route_hits(observed[s], group) if observed.get(s) else None for s in "AB"}
-        notes.append(f"{key} -> {group} route_hits A={hits['A']} B={hits['B']}")
-        if any(h is None for h in hits.values()):
-            status = "unknown" if status == "engaged" else status
-        elif all(h == 0 for h in hits.values()):
-            status = "not-engaged"
-    return {"status": status, "detail": "; ".join(notes)}
+        names = declared.get(key, [])
+        if not names:
+            notes.append(f"{key}: no counter declared")
+            continue
+        values = {
+            n: {s: counter(observed[s], n) if observed.get(s) else None for s in "AB"}
+            for n in names
+        }
+        seen = [v for by_side in values.values() for v in by_side.values()]
+        if any(v is None for v in seen):
+            per[key] = UNKNOWN
+        elif any(v["A"] != v["B"] for v in values.values()):
+            per[key] = ENGAGED
+        else:
+            per[key] = NOT_ENGAGED
+        counts = ", ".join(f"{n} A={v['A']} B={v['B']}" for n, v in values.items())
+        notes.append(f"{key}: {per[key]} ({counts})")
+    found = set(per.values())
+    if not found:
+        status = "n/a"
+    elif ENGAGED in found and NOT_ENGAGED in found:
+        status = PARTIAL
+    elif UNKNOWN in found:
+        status = UNKNOWN
+    else:
+        status = found.pop()
+    return {"status": status, "detail": "; ".join(notes), "switches": per}
 
 
 def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
@@ -352,10 +378,13 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         for w, (a, b) in cells.items()
     }
     comparisons, roles = analyse(samples, list(cells), spec, primaries(cells))
+    failures = failures_by_workload(samples, list(cells), spec)
     for c in comparisons:
         role = roles.get((c.workload, c.metric), roles.get(c.metric))
         if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
             c.verdict = st.NOT_ENGAGED
+        if role == "primary" and failures[c.workload].verdict:
+            c.verdict = failures[c.workload].verdict  # survivors never decide
     result = ABResult(
         out=store.path,
         spec=spec,
@@ -363,6 +392,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         comparisons=comparisons,
         roles=roles,
         engagement=engaged,
+        failures={w: f.note for w, f in failures.items()},
         failed=[s for s in samples if s["status"] != "ok"],
         unavailable=unmeasured(samples),
         perf_counters=perf_counter_table(samples, list(cells)),
@@ -387,6 +417,17 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     meta["verdicts"] = result.verdicts()
     store.write_meta(meta)
     return result
+
+
+def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
+    """workload -> stats.Failures of its judged samples (the measured pairs, or the
+    instruction counts): FAILED when one side failed more or otherwise than the other."""
+    phase = "instructions" if spec.metric == "instructions" else "measure"
+    out = {}
+    for w in workloads:
+        judged = [s for s in samples if s["workload"] == w and s["phase"] == phase]
+        out[w] = st.failures(*([s for s in judged if s.get("side") == x] for x in "AB"))
+    return out
 
 
 def noise_warning_for(spec: ABSpec) -> str | None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -45,10 +44,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from hakbench import paths
 from hakbench.hakrun import hakprobe_library, hakrun_binary, parse_report, report_metrics
 from hakbench.inputs import input_key, input_path
 from hakbench.procenv import clean_env
+from hakbench.process import new_sample, signal_name, tail, wait_group
+from hakbench.reference import cache_key, cached, program_identity
 
 SERVER_READY_S = 20.0  # how long a server may take to answer ``ready``
 SERVER_EXIT_S = 15.0  # how long it may take to exit after ``stop``
@@ -79,44 +79,31 @@ def normalised_hash(data: bytes, substitute) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _program_identity(program: str) -> str:
-    path = shutil.which(program, path=clean_env()["PATH"])
-    if path is None:
-        return f"{program}:missing"
-    st = Path(path).resolve().stat()
-    return f"{Path(path).resolve()}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def reference_key(workload) -> str:
     spec = workload.command
     parts = [
         spec.fingerprint(),
         input_key(spec.input) if spec.input else None,
-        _program_identity((spec.server or spec.argv)[0]),
-        _program_identity(spec.argv[0]),
+        program_identity((spec.server or spec.argv)[0]),
+        program_identity(spec.argv[0]),
     ]
-    digest = hashlib.sha1(json.dumps(parts, default=str).encode()).hexdigest()[:16]
-    return f"{workload.name}-{digest}"
+    return cache_key(workload.name, parts)
 
 
 def reference_hash(workload, timeout: float) -> tuple[str | None, str | None]:
     """(hash of the output under glibc, error) for ``workload``, cached per definition."""
-    cache = paths.build_dir() / "reference" / f"{reference_key(workload)}.json"
-    if cache.exists():
-        ref = json.loads(cache.read_text())
-        return ref["output_sha256"], None
     from hakbench.cell import make_cell
 
-    sample = run_command_sample(make_cell("system", workload), phase="reference", timeout=timeout)
-    if sample["status"] != "ok" or not sample.get("output_sha256"):
-        return None, f"reference run under glibc failed: {sample['error'] or sample['status']}"
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-    tmp.write_text(
-        json.dumps({"output_sha256": sample["output_sha256"], "seconds": sample["wall_s"]})
-    )
-    os.replace(tmp, cache)
-    return sample["output_sha256"], None
+    def under_glibc():
+        cell = make_cell("system", workload)
+        sample = run_command_sample(cell, phase="reference", timeout=timeout)
+        if sample["status"] != "ok" or not sample.get("output_sha256"):
+            why = sample["error"] or sample["status"]
+            return None, f"reference run under glibc failed: {why}"
+        return {"output_sha256": sample["output_sha256"], "seconds": sample["wall_s"]}, None
+
+    ref, error = cached(reference_key(workload), under_glibc)
+    return (ref["output_sha256"] if ref else None), error
 
 
 def _start(argv, *, report: Path, preload, env, cwd, stdin, out, err) -> subprocess.Popen:
@@ -154,7 +141,6 @@ def _wait_ready(spec, values, env, server: subprocess.Popen) -> str | None:
 def _run_server(spec, sample, values, run, timeout) -> tuple[bytes, str | None, bool]:
     """Start the server, drive it with the client, stop it. -> (client stdout, error,
     timed out). The server's hakrun report is written to run["report"]."""
-    from hakbench.runner import _wait
 
     plain_env = run["plain_env"]
     server_argv = [_expand(a, values) for a in spec.server]
@@ -182,7 +168,7 @@ def _run_server(spec, sample, values, run, timeout) -> tuple[bytes, str | None, 
         stop = [_expand(a, values) for a in spec.stop]
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(stop, capture_output=True, env=plain_env, timeout=10)
-        _, _, timed_out = _wait(proc, SERVER_EXIT_S)
+        _, _, timed_out = wait_group(proc, SERVER_EXIT_S)
         if timed_out:
             return r.stdout, f"server did not exit {SERVER_EXIT_S:g} s after stop", True
         if r.returncode != 0:
@@ -195,7 +181,6 @@ def _run_server(spec, sample, values, run, timeout) -> tuple[bytes, str | None, 
 
 def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, stats=False):
     """One sample of a command workload cell; never raises for a failed program."""
-    from hakbench.runner import _tail, _wait, new_sample, signal_name
 
     spec = cell.workload.command
     alloc = cell.resolved_allocator()
@@ -246,7 +231,7 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
                     open(run["err"], "wb") as err,
                 ):
                     proc = _start(argv, stdin=stdin, out=out, err=err, **run["start"])
-                    _, _, timed_out = _wait(proc, timeout)
+                    _, _, timed_out = wait_group(proc, timeout)
                 output, error = run["out"].read_bytes(), None
         except OSError as e:  # a missing stdin file or cwd: the sample says so
             sample["error"] = f"cannot start {program}: {e}"
@@ -255,7 +240,7 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         probe = Path(tmp) / "malloc_impl"
         malloc_impl = probe.read_text() if probe.exists() else None
         sample["process"] = {**report, "malloc_impl": malloc_impl}
-        sample["stderr_tail"] = _tail(run["err"].read_text(errors="replace"))
+        sample["stderr_tail"] = tail(run["err"].read_text(errors="replace"))
         checked = None
         if spec.check_output and spec.check_output != "stdout":
             target = work / spec.check_output

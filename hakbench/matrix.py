@@ -115,6 +115,14 @@ class PlannedSample:
     round: int
     phase: str  # "warmup" | "measure" | "instructions"
     index: int  # into the matrix's cell list
+    pair: int | None = None  # index of the compared cell when in a pair with its reference
+    side: str | None = None  # "A" (the reference) or "B" (the compared cell) in a pair
+
+
+# How the samples of a run are ordered: 1 ran each round's cells in one shuffle and paired
+# a cell with its reference by round number; 2 runs each cell back to back with its
+# reference (adjacent pairs, hakbench.schedule) and records pair and side on the samples.
+PLAN_VERSION = 2
 
 
 def coords_label(coord: Mapping[str, str]) -> str:
@@ -320,14 +328,18 @@ def plan(
     seed: int,
     phase: str = "measure",
     instructions: bool = False,
+    partner: list[int | None] | None = None,
 ) -> list[PlannedSample]:
     """Rounds 0..warmup-1 are warm-up (discarded), then ``runs`` measured rounds, each in a
-    seeded shuffle (hakbench.schedule); with ``instructions`` one more round of instruction
-    counts (phase "instructions", round 0: a count is exact, so it needs neither warm-up
-    nor repeats)."""
+    seeded shuffle (hakbench.schedule) in which a cell with a reference (``partner[i]``, from
+    ``reference_index``) runs back to back with it; with ``instructions`` one more round of
+    instruction counts (phase "instructions", round 0, unpaired: a count is exact, so it
+    needs neither warm-up, repeats nor a neighbour in time)."""
     out = [
-        PlannedSample(s.round, s.phase, s.cell)
-        for s in schedule.plan(n_cells, runs, seed=seed, warmup=warmup, phase=phase)
+        PlannedSample(s.round, s.phase, s.cell, s.pair, s.side)
+        for s in schedule.plan(
+            n_cells, runs, seed=seed, warmup=warmup, phase=phase, partner=partner
+        )
     ]
     if instructions:
         counts = schedule.plan(n_cells, 1, seed=seed, phase="instructions", salt="instructions")
@@ -335,9 +347,12 @@ def plan(
     return out
 
 
-def done_keys(samples: Iterable[dict]) -> set[tuple[str, str, int]]:
-    """(cell key, phase, round) of every sample already recorded, whatever its status."""
-    return {(s["cell"], s["phase"], int(s["round"])) for s in samples if "round" in s}
+def done_keys(samples: Iterable[dict]) -> set[tuple]:
+    """(cell key, phase, round, pair) of every sample already recorded, whatever its status:
+    a reference runs once per cell it is compared with in each round."""
+    return {
+        (s["cell"], s["phase"], int(s["round"]), s.get("pair")) for s in samples if "round" in s
+    }
 
 
 def take_sample(cell, phase: str) -> dict:
@@ -380,15 +395,17 @@ class CellSummary:
     label: str
     coords: dict
     metric: str
-    status: str  # "ok" (at least one good sample) | "failed" | "no samples"
-    reason: str  # why samples failed (most frequent error), "" when none did
+    # "ok" | "FAILED" (a failure on its side or its reference's: no ratio is given, survivors
+    # never decide; stats.failures) | "failed" (no good sample) | "no samples"
+    status: str
+    reason: str  # what failed: counts per side and the first error, "" when nothing did
     n: int  # good samples carrying the metric
     n_failed: int
     median: float | None
     ci_low: float | None
     ci_high: float | None
     reference: str | None = None  # label of the reference cell
-    ratio: float | None = None  # median of per-round ratios cell/reference
+    ratio: float | None = None  # median of the ratios cell/reference of adjacent pairs
     ratio_ci_low: float | None = None
     ratio_ci_high: float | None = None
     n_pairs: int = 0
@@ -405,13 +422,30 @@ def _most_frequent(errors: list[str]) -> str:
     return first if len(counts) == 1 else f"{first} ({best} of {len(errors)})"
 
 
-def _values_by_round(samples: list[dict], metric: str) -> dict[int, float]:
-    out = {}
+def _values(samples: list[dict], metric: str) -> list[float]:
+    out = []
     for s in samples:
         v = s.get("metrics", {}).get(metric)
         if s.get("status") == "ok" and isinstance(v, int | float):
-            out[int(s["round"])] = float(v)
+            out.append(float(v))
     return out
+
+
+def _pair_ratios(pairs: list[tuple[dict, dict]], metric: str) -> list[float]:
+    """cell/reference per complete pair carrying ``metric`` on both sides."""
+    out = []
+    for a, b in pairs:
+        x, y = a["metrics"].get(metric), b["metrics"].get(metric)
+        if isinstance(x, int | float) and isinstance(y, int | float) and x > 0:
+            out.append(y / x)
+    return out
+
+
+def _round_pairs(ref: list[dict], own: list[dict]) -> list[tuple[dict, dict]]:
+    """Plan-1 samples (no pair or side recorded): the reference and the cell of a round."""
+    by_round = {s["round"]: s for s in ref if s.get("status") == "ok"}
+    ok = [s for s in own if s.get("status") == "ok" and s["round"] in by_round]
+    return [(by_round[s["round"]], s) for s in ok]
 
 
 def summarize(
@@ -420,41 +454,59 @@ def summarize(
     metric: str,
     reference: Mapping[str, str] | None = None,
 ) -> list[CellSummary]:
-    """Per cell: median and 95 % CI of ``metric`` over measured rounds, and the ratio to the
-    reference cell as the median of per-round ratios (rounds pair the two cells in time).
+    """Per cell: median and 95 % CI of ``metric`` over measured samples, and the ratio to
+    the reference cell as the median of the ratios of its adjacent pairs
+    (hakbench.schedule.complete_pairs), unless a failure on either side makes it FAILED.
 
     ``cells`` is meta.json's cell list (key, label, coords), in report order. Only samples
-    of the phase that measures the metric count: "instructions" for ``ir_per_op``,
-    "measure" for the rest (warm-up is discarded).
+    of the phase that measures the metric count: "instructions" for ``ir_per_op`` (one
+    exact count per cell: the ratio is of the counts), "measure" for the rest. Samples of
+    plan 1 (no pair recorded) are paired by round.
     """
-    from hakbench.stats import median_ci
+    from hakbench.stats import FAILED, failures, median_ci
 
     phase = "instructions" if metric == "ir_per_op" else "measure"
+    samples = [s for s in samples if s.get("phase") == phase]
     by_cell: dict[str, list[dict]] = {c["key"]: [] for c in cells}
     for s in samples:
-        if s.get("phase") == phase and s.get("cell") in by_cell:
+        if s.get("cell") in by_cell:
             by_cell[s["cell"]].append(s)
     coords = [c["coords"] for c in cells]
     refs = reference_index(coords, reference) if reference else [None] * len(cells)
-    rounds = [_values_by_round(by_cell[c["key"]], metric) for c in cells]
     out = []
     for i, c in enumerate(cells):
         own = by_cell[c["key"]]
+        values = _values(own, metric)
         failed = [s for s in own if s.get("status") != "ok"]
-        values = [rounds[i][r] for r in sorted(rounds[i])]
-        status = "no samples" if not own else ("failed" if len(failed) == len(own) else "ok")
         med = lo = hi = None
         if values:
             med, lo, hi = median_ci(values)
-        ratio = rlo = rhi = None
-        pairs: list[float] = []
+        ratios: list[float] = []
+        judged_own, judged_ref = own, []
         j = refs[i]
         if j is not None and j != i:
-            pairs = [v / rounds[j][r] for r, v in rounds[i].items() if rounds[j].get(r)]
-            if pairs:
-                ratio, rlo, rhi = median_ci(pairs)
-        elif j == i and values:
-            ratio, rlo, rhi, pairs = 1.0, 1.0, 1.0, values
+            ref_all = by_cell[cells[j]["key"]]
+            judged_ref = ref_all
+            if phase == "instructions":
+                ref_values = _values(ref_all, metric)
+                if values and ref_values and ref_values[0] > 0:
+                    ratios = [values[0] / ref_values[0]]
+            elif any(s.get("side") for s in own):
+                judged_own = [s for s in own if s.get("pair") == c["key"]]
+                judged_ref = [s for s in ref_all if s.get("pair") == c["key"]]
+                ratios = _pair_ratios(schedule.complete_pairs(samples, pair=c["key"]), metric)
+            else:
+                ratios = _pair_ratios(_round_pairs(ref_all, own), metric)
+        elif j == i:
+            ratios = [1.0] * len(values)
+        judged = failures(judged_ref, judged_own)
+        status = "no samples" if not own else "failed" if not values else "ok"
+        ratio = rlo = rhi = None
+        if status == "ok" and judged.verdict == FAILED:
+            status = FAILED
+        elif ratios:
+            ratio, rlo, rhi = median_ci(ratios)
+        errors = [str(s.get("error") or s.get("status")) for s in failed]
         out.append(
             CellSummary(
                 key=c["key"],
@@ -462,7 +514,7 @@ def summarize(
                 coords=dict(c["coords"]),
                 metric=metric,
                 status=status,
-                reason=_most_frequent([str(s.get("error") or s.get("status")) for s in failed]),
+                reason=(judged.note if values else "") or _most_frequent(errors),
                 n=len(values),
                 n_failed=len(failed),
                 median=med,
@@ -472,7 +524,7 @@ def summarize(
                 ratio=ratio,
                 ratio_ci_low=rlo,
                 ratio_ci_high=rhi,
-                n_pairs=len(pairs),
+                n_pairs=len(ratios),
             )
         )
     return out
@@ -559,6 +611,12 @@ def run_matrix(
             raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
         if meta["matrix"]["metric"] != metric:
             raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
+        if meta["matrix"].get("plan", 1) != PLAN_VERSION:
+            old = meta["matrix"].get("plan", 1)
+            raise UsageError(
+                f"--resume {out_dir}: it ran in plan {old}'s order, not plan {PLAN_VERSION}'s "
+                "(adjacent pairs); start a new --out"
+            )
         runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
         meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
         meta.setdefault("resumed", []).append(
@@ -588,6 +646,7 @@ def run_matrix(
                 "metric": metric,
                 "reference": spec.reference,
                 "instructions": bool(instructions and metric == "throughput"),
+                "plan": PLAN_VERSION,
             },
             cells=cells_meta(cells),
             skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
@@ -599,10 +658,21 @@ def run_matrix(
     done = done_keys(previous)
     m = meta["matrix"]
     phase = "measure" if metric == "throughput" else "instructions"
+    # timed rounds pair each cell with its reference; exact instruction counts need no pair
+    partner = reference_index([c.coord for c in cells], m["reference"])
+    planned = plan(
+        len(cells),
+        runs,
+        m["warmup"],
+        m["seed"],
+        phase,
+        m.get("instructions", False),
+        partner=partner if phase == "measure" else None,
+    )
     todo = [
         p
-        for p in plan(len(cells), runs, m["warmup"], m["seed"], phase, m.get("instructions", False))
-        if (cells[p.index].key, p.phase, p.round) not in done
+        for p in planned
+        if (cells[p.index].key, p.phase, p.round, _pair_key(cells, p)) not in done
         # instruction counts are per harness op: a command workload (a real program) has none
         and not (p.phase == "instructions" and cells[p.index].cell.workload.command)
     ]
@@ -611,7 +681,7 @@ def run_matrix(
     group_done: Counter = Counter()
     for p in todo:
         sample = take_sample(cells[p.index].cell, p.phase)
-        sample.update(run_id=meta["run_id"], round=p.round, side=None, pair=None)
+        sample.update(run_id=meta["run_id"], round=p.round, side=p.side, pair=_pair_key(cells, p))
         store.append(sample)  # gives it its seq and fsyncs it
         group = p.phase == "instructions"
         group_done[group] += 1
@@ -619,6 +689,12 @@ def run_matrix(
             on_sample(group_done[group], group_size[group], sample)
     summaries = write_dir_summary(out_dir)
     return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
+
+
+def _pair_key(cells: list[MatrixCell], p: PlannedSample) -> str | None:
+    """A sample's ``pair``: the key of the compared cell (keys, unlike indices, survive
+    sharding and merging)."""
+    return cells[p.pair].key if p.pair is not None else None
 
 
 def write_dir_summary(out_dir: Path) -> list[CellSummary]:
@@ -649,23 +725,18 @@ def write_dir_summary(out_dir: Path) -> list[CellSummary]:
     return summaries
 
 
+# The columns of a cell summary, after what names the cell: matrix summary.csv and
+# results/scorecard.csv write them alike (summary_values).
+SUMMARY_STATS_FIELDS = ("metric", "status", "n", "n_failed", "median", "ci_low", "ci_high")
+SUMMARY_RATIO_FIELDS = ("ratio_ci_low", "ratio_ci_high", "n_pairs", "reason")
 SUMMARY_FIELDS = (
     "cell",
     "label",
     "workload",
-    "metric",
-    "status",
-    "n",
-    "n_failed",
-    "median",
-    "ci_low",
-    "ci_high",
+    *SUMMARY_STATS_FIELDS,
     "reference",
     "ratio",
-    "ratio_ci_low",
-    "ratio_ci_high",
-    "n_pairs",
-    "reason",
+    *SUMMARY_RATIO_FIELDS,
 )
 
 
@@ -683,29 +754,30 @@ def fmt(value: float | None, digits: int) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def summary_values(s: CellSummary, digits: int, reference: str) -> list:
+    """The values of SUMMARY_STATS_FIELDS, the reference, the ratio and SUMMARY_RATIO_FIELDS
+    of one summary, formatted (``digits`` for the metric's own values)."""
+    return [
+        s.metric,
+        s.status,
+        s.n,
+        s.n_failed,
+        fmt(s.median, digits),
+        fmt(s.ci_low, digits),
+        fmt(s.ci_high, digits),
+        reference,
+        fmt(s.ratio, 4),
+        fmt(s.ratio_ci_low, 4),
+        fmt(s.ratio_ci_high, 4),
+        s.n_pairs,
+        s.reason,
+    ]
+
+
 def write_summary_csv(path: Path, summaries: list[CellSummary]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(SUMMARY_FIELDS)
         for s in summaries:
-            digits = metric_digits(s.metric)
-            w.writerow(
-                [
-                    s.key,
-                    s.label,
-                    s.coords["workload"],
-                    s.metric,
-                    s.status,
-                    s.n,
-                    s.n_failed,
-                    fmt(s.median, digits),
-                    fmt(s.ci_low, digits),
-                    fmt(s.ci_high, digits),
-                    s.reference or "",
-                    fmt(s.ratio, 4),
-                    fmt(s.ratio_ci_low, 4),
-                    fmt(s.ratio_ci_high, 4),
-                    s.n_pairs,
-                    s.reason,
-                ]
-            )
+            values = summary_values(s, metric_digits(s.metric), s.reference or "")
+            w.writerow([s.key, s.label, s.coords["workload"], *values])

@@ -105,3 +105,11 @@ def collect_meta(command: list[str] | str | None = None, **extra) -> dict:
     meta.update(build_info(extra.get("variant")))
     meta.update(extra)
     return meta
+
+
+def cell_meta(cell, kind: str, **extra) -> dict:
+    """The provenance of a run of one cell (``run``, ``hotspots``): which cell, in which
+    build variant and environment."""
+    return collect_meta(
+        kind=kind, variant=cell.variant, cell=cell.key, cell_label=cell.label, env=cell.env, **extra
+    )

@@ -55,6 +55,15 @@ _ROWS = (
         "byte",
         1024.0,
     ),
+    Metric(
+        "rss_end_kb",
+        "KiB",
+        False,
+        "resident set of the harness at its end, after its frees: what the allocator kept "
+        "(its rss_end_kb= line; bench_burst's rss_kb=)",
+        "byte",
+        1024.0,
+    ),
     Metric("minflt", "faults", False, "minor page faults of the harness process", "integer"),
     Metric("majflt", "faults", False, "major page faults of the harness process", "integer"),
     Metric("nvcsw", "switches", False, "voluntary context switches (wait4, no perf)", "integer"),
@@ -106,6 +115,7 @@ PERF_SOURCED = (*dict.fromkeys(PERF_EVENTS.values()), "ipc")
 # here printed 0.41 ms for a run with 1.68 ms of task-clock.)
 PERF_NS_EVENTS = ("user_time", "system_time")
 
-# The primary metric and the guardrails every A/B judges (ISSUE 5: max RSS, page faults).
+# The primary metric and the guardrails every A/B judges (ISSUE 5: max RSS, page faults;
+# issue 14: the RSS left at the end, where a memory policy shows).
 PRIMARY = "throughput"
-GUARDRAILS = ("maxrss_kb", "page_faults")
+GUARDRAILS = ("maxrss_kb", "rss_end_kb", "page_faults")

@@ -67,3 +67,20 @@ class Progress:
     def close(self) -> None:
         if self.tty:
             self.bar.__exit__(None, None, None)
+
+
+def progress_reporter(label: str):
+    """A progress bar per group of samples: the timed rounds, then the instruction counts."""
+    state: dict = {}
+
+    def on_sample(done: int, total: int, sample: dict) -> None:
+        if done == 1:
+            counting = sample["phase"] == "instructions"
+            state["bar"] = Progress(total, f"{label} instruction counts" if counting else label)
+        bad = sample["status"] != "ok"
+        note = f"{sample['cell'].split('|')[0]} {sample['workload']}: {sample['status']}"
+        state["bar"].step(not bad, note if bad else "")
+        if done == total:
+            state["bar"].close()
+
+    return on_sample

@@ -31,12 +31,10 @@ to learn how it really ended, and perf's tool times count only when perf did rea
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import signal as _signal
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -44,18 +42,12 @@ from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_harness_output
 from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv, probe_perf
 from hakbench.metrics import PERF_EVENTS, PERF_NS_EVENTS
+from hakbench.process import new_sample, signal_name, tail, wait_group
+from hakbench.reference import cache_key, cached, program_identity
 
-STDERR_TAIL_LINES = 15
 # Events beyond probe_perf's list: the split fault counts and perf's rusage tool events.
 EXTRA_PERF_EVENTS = ("minor-faults", "major-faults", "user_time", "system_time")
 _SIGNAL_BY_TEXT = {_signal.strsignal(s): int(s) for s in _signal.valid_signals() if s < 65}
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return _signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def perf_usable() -> bool:
@@ -64,10 +56,6 @@ def perf_usable() -> bool:
 
 def perf_events() -> list[str]:
     return [*SOFTWARE_EVENTS, *EXTRA_PERF_EVENTS, *HARDWARE_EVENTS]
-
-
-def _tail(text: str, n: int = STDERR_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-n:])
 
 
 def signal_from_perf_stderr(stderr: str, argv0: str) -> int | None:
@@ -133,58 +121,6 @@ DIRECT_UNAVAILABLE = (
 )
 
 
-def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int, object, bool]:
-    """wait4 the process; on timeout kill its whole process group. -> (status, rusage, timed_out)"""
-    timed_out = threading.Event()
-
-    def kill_group():
-        timed_out.set()
-        try:
-            os.killpg(proc.pid, _signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    timer = threading.Timer(timeout, kill_group)
-    timer.daemon = True  # Ctrl-C can land in start() itself: never let the timer hold exit
-    timer.start()
-    try:
-        _, status, ru = os.wait4(proc.pid, 0)
-    except KeyboardInterrupt:
-        kill_group()
-        os.wait4(proc.pid, 0)
-        proc.returncode = -1
-        raise
-    finally:
-        timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return status, ru, timed_out.is_set()
-
-
-def new_sample(cell, phase: str) -> dict:
-    """A sample of ``cell`` with nothing measured yet (status "error" until filled in)."""
-    return {
-        "cell": cell.key,
-        "phase": phase,
-        "allocator": cell.allocator_label,
-        "variant": cell.variant,
-        "profile": cell.profile,
-        "workload": cell.workload.name,
-        "env": dict(cell.env),
-        "argv": None,
-        "status": "error",
-        "returncode": None,
-        "signal": None,
-        "error": None,
-        "stderr_tail": "",
-        "metrics": {},
-        "unavailable": [],
-        "harness": {},
-        "alloc_stats": {},
-        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
-        "wall_s": None,
-    }
-
-
 def instruction_sample(cell, phase: str = "instructions") -> dict:
     """One exact instruction count of ``cell`` (hakbench.instructions) as a sample."""
     from hakbench.instructions import measure_instructions  # valgrind/perf only when asked
@@ -246,12 +182,12 @@ def run_sample(
             except OSError as e:
                 sample["error"] = f"cannot start {full[0]}: {e}"
                 return sample
-            status, ru, timed_out = _wait(proc, timeout)
+            status, ru, timed_out = wait_group(proc, timeout)
         sample["wall_s"] = time.perf_counter() - t0
         stdout = out_path.read_text(errors="replace")
         stderr = err_path.read_text(errors="replace")
         perf_text = perf_path.read_text(errors="replace") if perf_path.exists() else ""
-    sample["stderr_tail"] = _tail(stderr)
+    sample["stderr_tail"] = tail(stderr)
     code = os.waitstatus_to_exitcode(status)
     sig = -code if code < 0 else None
     if use_perf and sig is None:
@@ -271,6 +207,9 @@ def run_sample(
         metrics["maxrss_kb"] = harness["maxrss_kb"]
     else:
         unavailable.append("maxrss_kb")
+    rss_end = harness.get("rss_end_kb", harness.get("rss_kb"))  # bench_burst says rss_kb=
+    if isinstance(rss_end, int) and rss_end > 0:
+        metrics["rss_end_kb"] = rss_end
     if harness.get("throughput"):
         metrics["throughput"] = harness["throughput"]
     sample["metrics"] = metrics
@@ -301,4 +240,38 @@ def run_sample(
         )
     else:
         sample["status"] = "ok"
+    if sample["status"] == "ok" and phase != "reference" and harness.get("checksum"):
+        check_checksum(sample, cell, args, timeout)
     return sample
+
+
+def reference_checksum(cell, args, timeout: float) -> tuple[str | None, str | None]:
+    """(the checksum ``cell``'s program prints under glibc with these arguments, error);
+    computed once per program build and arguments (hakbench.reference)."""
+    from hakbench.cell import make_cell
+
+    argv, _ = cell.command(args)
+    key = cache_key(f"harness-{cell.workload.name}", [program_identity(argv[0]), argv[1:]])
+
+    def under_glibc():
+        system = make_cell("system", cell.workload, build=cell.build)
+        s = run_sample(system, phase="reference", perf=False, timeout=timeout, args=args)
+        if s["status"] != "ok" or not s["harness"].get("checksum"):
+            return None, f"reference run under glibc failed: {s['error'] or s['status']}"
+        return {"checksum": s["harness"]["checksum"], "seconds": s["wall_s"]}, None
+
+    ref, error = cached(key, under_glibc)
+    return (ref["checksum"] if ref else None), error
+
+
+def check_checksum(sample: dict, cell, args, timeout: float) -> None:
+    """Mark an ok sample ``wrong_checksum`` when its checksum is not glibc's for the same
+    program and arguments. Without a reference (glibc's run failed) the sample keeps its
+    status and says why nothing was checked."""
+    ref, why = reference_checksum(cell, args, timeout)
+    sample["reference_checksum"] = ref
+    if why:
+        sample["checksum_note"] = f"checksum not checked: {why}"
+    elif ref != sample["harness"]["checksum"]:
+        sample["status"] = "wrong_checksum"
+        sample["error"] = f"checksum {sample['harness']['checksum']}, under glibc {ref}"

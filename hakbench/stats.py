@@ -32,7 +32,10 @@ RULE = (
     "across the workloads of the call. Verdict: GO when p_holm < {alpha} and the median "
     "improves on A by at least the threshold ({threshold:g} %) and the CI excludes 1; NO-GO "
     "the same for a regression; else NEUTRAL. Direction: {direction}; lower RSS and page "
-    "faults are better (guardrails are judged by the same rule)."
+    "faults are better (guardrails are judged by the same rule). Failures are results: a "
+    "failed, timed-out, wrong-checksum or wrong-allocator measured sample on one side makes "
+    "the verdict FAILED (counts per side, first error); only the same failures on both "
+    "sides leave the verdict to the complete pairs, and the report says so."
 )
 
 

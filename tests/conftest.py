@@ -21,3 +21,23 @@ def build_dir(repo_root: Path) -> Path:
 def bench_dir(build_dir: Path) -> Path:
     """The harness programs, built by `make harness` (the top-level `make test` builds first)."""
     return build_dir / "bench"
+
+
+@pytest.fixture
+def make_lab(tmp_path, monkeypatch, bench_dir):
+    """A lab in tmp_path: build/bench links the named real harness programs, profiles/
+    holds the given workloads.toml and C7_SAFE, and HAKBENCH_ROOT points at it. Returns a
+    function (workloads text, program names) -> the lab's root."""
+
+    def make(workloads: str, programs=("bench_random_mixed",)) -> Path:
+        bench = tmp_path / "build" / "bench"
+        bench.mkdir(parents=True, exist_ok=True)
+        for name in programs:
+            (bench / name).symlink_to(bench_dir / name)
+        (tmp_path / "profiles").mkdir(exist_ok=True)
+        (tmp_path / "profiles" / "workloads.toml").write_text(workloads)
+        (tmp_path / "profiles" / "c7_safe.toml").write_text('name = "C7_SAFE"\n')
+        monkeypatch.setenv("HAKBENCH_ROOT", str(tmp_path))
+        return tmp_path
+
+    return make

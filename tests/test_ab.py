@@ -46,11 +46,9 @@ program = "interrupting"
 
 
 @pytest.fixture
-def lab(tmp_path, monkeypatch):
+def lab(tmp_path, make_lab):
+    make_lab(WORKLOADS, ("bench_tiny_hot", "bench_random_mixed"))
     bench = tmp_path / "build" / "bench"
-    bench.mkdir(parents=True)
-    for name in ("bench_tiny_hot", "bench_random_mixed"):
-        (bench / name).symlink_to(REAL_BENCH / name)
     real = REAL_BENCH / "bench_random_mixed"
     args = "--min 16 --max 1024 --ws 64 --iters 20000 --seed 1"
     # The 3rd process under mimalloc dies of SIGSEGV; every other one is the real harness.
@@ -77,10 +75,6 @@ def lab(tmp_path, monkeypatch):
     )
     for name in ("flaky", "interrupting"):
         (bench / name).chmod(0o755)
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles" / "workloads.toml").write_text(WORKLOADS)
-    (tmp_path / "profiles" / "c7_safe.toml").write_text('name = "C7_SAFE"\n')
-    monkeypatch.setenv("HAKBENCH_ROOT", str(tmp_path))
     return tmp_path
 
 
@@ -242,7 +236,7 @@ def test_task_clock_metric_judges_cpu_time(lab):
     assert "lower task_clock_ms is better" in (lab / "tc" / "report.md").read_text()
 
 
-def test_crash_is_listed_and_its_pair_dropped(lab):
+def test_crash_is_listed_and_makes_the_verdict_failed(lab):
     spec = ABSpec(
         allocator="mimalloc",
         baseline_allocator="system",
@@ -254,9 +248,13 @@ def test_crash_is_listed_and_its_pair_dropped(lab):
     (failed,) = result.failed
     assert failed["signal"] == 11 and "faulting now" in failed["stderr_tail"]
     (c,) = result.primary()
-    assert c.n_pairs == 5
+    assert c.n_pairs == 5 and c.verdict == "FAILED"  # the 5 survivors do not decide
     report = (lab / "crash" / "report.md").read_text()
-    assert "signal 11" in report and "faulting now" in report and "1 pair(s) dropped" in report
+    assert (
+        "signal 11" in report
+        and "faulting now" in report
+        and "1 pair(s) with a failed side" in report
+    )
     a = json.loads((lab / "crash/pyperf/flaky/a.json").read_text())
     b = json.loads((lab / "crash/pyperf/flaky/b.json").read_text())
     assert len(a["benchmarks"][0]["runs"]) == len(b["benchmarks"][0]["runs"]) == 5
@@ -284,7 +282,8 @@ def test_ctrl_c_writes_the_report_and_exits_130(lab):
     )
     assert r.exit_code == 130, r.output
     samples = [json.loads(x) for x in open(out / "samples.jsonl")]
-    assert len(samples) == 4  # the four that finished before Ctrl-C
+    # four processes finished before Ctrl-C: glibc's reference checksum run and three samples
+    assert len(samples) == 3
     assert "Interrupted" in (out / "report.md").read_text()
     assert json.loads((out / "meta.json").read_text())["finished"] is False
 
@@ -329,15 +328,38 @@ def _cell(env):
     return Cell("hakmem", "fast", "P", Workload("w", "p", (), ""), env)
 
 
+OPTIONS = (
+    {"name": "HAKMEM_TINY_HOTHEAP_V2", "counters": ["HOTHEAP_V2_STATS.route_hits"]},
+    {"name": "HAKMEM_SS_MEM_LEAN", "counters": ["SS_OS_STATS.madvise"]},
+    {"name": "HAKMEM_STATS", "counters": []},
+)
+
+
 def test_engagement_rule():
     a = _cell({"HAKMEM_TINY_HOTHEAP_V2": "0"})
     b = _cell({"HAKMEM_TINY_HOTHEAP_V2": "1"})
     assert differing_switches(a, b) == {"HAKMEM_TINY_HOTHEAP_V2": ("0", "1")}
-    zero = {"HOTHEAP_V2_STATS": {"route_hits": 0}}
-    ran = {"HOTHEAP_V2_STATS": {"route_hits": 12}}
-    assert engagement(a, b, {"A": zero, "B": zero})["status"] == "not-engaged"
-    assert engagement(a, b, {"A": zero, "B": ran})["status"] == "engaged"
-    assert engagement(a, b, {"A": zero, "B": None})["status"] == "unknown"
-    assert engagement(a, a, {"A": zero, "B": zero})["status"] == "n/a"
-    other = _cell({"HAKMEM_SS_MEM_LEAN": "1"})
-    assert engagement(_cell({}), other, {"A": zero, "B": zero})["status"] == "n/a"
+    zero = {"HOTHEAP_V2_STATS": {"route_hits": 0}, "SS_OS_STATS": {"madvise": 0}}
+    ran = {"HOTHEAP_V2_STATS": {"route_hits": 12}, "SS_OS_STATS": {"madvise": 0}}
+    lean = {"HOTHEAP_V2_STATS": {"route_hits": 0}, "SS_OS_STATS": {"madvise": 3}}
+
+    def status(a, b, obs_a, obs_b):
+        return engagement(a, b, {"A": obs_a, "B": obs_b}, OPTIONS)["status"]
+
+    assert status(a, b, zero, zero) == "not-engaged"
+    assert status(a, b, zero, ran) == "engaged"
+    assert status(a, b, ran, ran) == "not-engaged"  # both sides route there anyway
+    assert status(a, b, zero, None) == "unknown"
+    assert status(a, a, zero, zero) == "n/a"
+    # every differing switch is checked from the table, not only routing switches
+    both = _cell({"HAKMEM_TINY_HOTHEAP_V2": "1", "HAKMEM_SS_MEM_LEAN": "1"})
+    assert status(a, both, zero, ran) == "partial"
+    assert status(a, both, zero, {**ran, **lean, "HOTHEAP_V2_STATS": {"route_hits": 1}}) == (
+        "engaged"
+    )
+    result = engagement(
+        _cell({}), _cell({"HAKMEM_SS_MEM_LEAN": "1"}), {"A": zero, "B": zero}, OPTIONS
+    )
+    assert result["status"] == "not-engaged" and "SS_OS_STATS.madvise A=0 B=0" in result["detail"]
+    # a switch without counters (stats output) proves nothing either way
+    assert status(_cell({}), _cell({"HAKMEM_STATS": "1"}), zero, zero) == "n/a"

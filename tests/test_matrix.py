@@ -199,3 +199,54 @@ def test_instruction_counts_run_once_per_cell_after_the_timed_rounds(tmp_path):
     assert all(s.n == 1 and s.median > 0 for s in ir)
     # the timed summary is not disturbed by the instruction round
     assert all(s.n == 1 and s.n_failed == 0 for s in run.summaries)
+
+
+THREE_ALLOCATORS = """
+name = "three"
+runs = 4
+warmup = 1
+seed = 7
+reference = { allocator = "system" }
+[axes]
+allocator = ["hakmem", "mimalloc", "system"]
+workload = ["mixed_short"]
+"""
+
+
+def test_each_cell_runs_back_to_back_with_its_reference(tmp_path):
+    """Adjacent pairs (issue 14): a cell and its reference are neighbours in run order, in
+    random order within the pair, and the reference runs once beside each cell it is
+    compared with; the ratio is taken within those pairs only."""
+    from hakbench.allocators import resolve_allocator
+
+    if not resolve_allocator("mimalloc").available:
+        pytest.skip("libmimalloc2.0 not installed")
+    out = tmp_path / "run"
+    run = matrix.run_matrix(matrix.load_matrix(write(tmp_path, THREE_ALLOCATORS)), out)
+    samples = read_samples(out)
+    keys = {c["label"]: c["key"] for c in run.meta["cells"]}
+    assert len(samples) == 2 * 2 * (1 + 4)  # two pairs a round, warm-up round included
+    by_pair: dict = {}
+    for s in samples:
+        by_pair.setdefault((s["round"], s["pair"]), []).append(s)
+    assert {p for _, p in by_pair} == {keys["hakmem:fast"], keys["mimalloc"]}
+    orders = set()
+    for (_, pair), (first, second) in by_pair.items():
+        assert second["seq"] == first["seq"] + 1  # neighbours in time
+        b = first if first["side"] == "B" else second
+        a = second if b is first else first
+        assert b["cell"] == pair and a["cell"] == keys["system"] and a["side"] == "A"
+        orders.add(first["side"])
+    assert orders == {"A", "B"}
+    assert run.meta["matrix"]["plan"] == matrix.PLAN_VERSION
+    summary = {s.label: s for s in run.summaries}
+    assert summary["mimalloc"].n_pairs == 4 and summary["hakmem:fast"].n_pairs == 4
+    assert summary["system"].n == 8  # the reference ran beside each of its two cells
+    # an old run (plan 1: no adjacent pairs) is not resumed into the new order
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["matrix"]["plan"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    r = CliRunner().invoke(
+        main, ["matrix", str(tmp_path / "m.toml"), "--resume", str(out), "--runs", "5"]
+    )
+    assert r.exit_code == 2 and "plan 1" in r.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import scorecard
+from hakbench import scorecard, scorecard_model
 from hakbench.cli import main
 
 TINY = """
@@ -148,7 +148,7 @@ def test_a_failed_cell_stays_in_the_scorecard_with_its_reason(results):
     assert "hakmem:fast not counted on: mixed_short (hakmem:fast failed)" in md
 
 
-def _synthetic(workloads: dict[str, tuple[float | None, float]]) -> scorecard.Scorecard:
+def _synthetic(workloads: dict[str, tuple[float | None, float]]) -> scorecard_model.Scorecard:
     """hakmem and mimalloc per workload with constant throughput (None: hakmem failed)."""
     cells, samples = [], []
     for w, (hakmem, mimalloc) in workloads.items():
@@ -185,7 +185,7 @@ def test_geomean_counts_matched_workloads_only():
     assert st.unmatched == [("c", "hakmem failed")]
     assert st.at_least == {"M1": 2, "M2": 1, "M3": 1}
     assert st.milestone == "M3"
-    assert scorecard.milestone_of(0.79) == "M1" and scorecard.milestone_of(0.49) is None
+    assert scorecard_model.milestone_of(0.79) == "M1" and scorecard_model.milestone_of(0.49) is None
 
 
 def test_no_stored_samples_is_a_clear_exit_2(tmp_path):

@@ -20,12 +20,13 @@ typedef struct {
     const char *default_text;
     const char *variants;
     const char *values;
+    const char *counters;
     const char *description;
 } hak_option_desc;
 
 static const hak_option_desc option_table[HAK_OPTION_COUNT] = {
-#define HAK_OPTION_ROW(id, type, def, variants, values, desc)                                      \
-    {#id, HAK_OPT_TYPE_##type, def, variants, values, desc},
+#define HAK_OPTION_ROW(id, type, def, variants, values, counters, desc)                            \
+    {#id, HAK_OPT_TYPE_##type, def, variants, values, counters, desc},
     HAK_OPTIONS(HAK_OPTION_ROW)
 #undef HAK_OPTION_ROW
 };
@@ -265,6 +266,8 @@ void hak_options_print_table(int fd, int json) {
                  d->name, type_names[d->type], value, d->description);
         write_all(fd, line);
         write_json_list(fd, d->variants, ",");
+        write_all(fd, ", \"counters\": ");
+        write_json_list(fd, d->counters, ",");
         if (d->type == HAK_OPT_TYPE_ENUM) {
             write_all(fd, ", \"values\": ");
             write_json_list(fd, d->values, "|");

@@ -1,5 +1,6 @@
 // hakmem-options [--json]: prints libhakmem's options table (the rows of options.h), so tools
-// can validate HAKMEM_* profiles against it.
+// can validate HAKMEM_* profiles against it and, from each row's counters, tell whether a
+// switch acted in a run (hakbench ab's engagement check).
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>

@@ -25,9 +25,16 @@ def parse_alloc_stats(text: str) -> dict[str, dict[str, int]]:
     return groups
 
 
-def route_hits(groups: dict[str, dict[str, int]], group: str) -> int | None:
-    """Engagement of a front path: its group's ``route_hits``; None when not reported."""
+def counter(groups: dict[str, dict[str, int]], name: str) -> int | None:
+    """A counter named ``GROUP.key`` (the options table's counters column); None when the
+    group was not reported or its build compiled it out (compiled=0)."""
+    group, _, key = name.partition(".")
     g = groups.get(group)
     if g is None or g.get("compiled", 1) == 0:
         return None
-    return g.get("route_hits")
+    return g.get(key)
+
+
+def route_hits(groups: dict[str, dict[str, int]], group: str) -> int | None:
+    """Engagement of a front path: its group's ``route_hits``; None when not reported."""
+    return counter(groups, f"{group}.route_hits")

@@ -13,6 +13,8 @@ from hakbench.profiles import parse_sets
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
 from hakbench.store import default_run_dir
 
+RSS = ("maxrss_kb", "rss_end_kb")  # the memory guardrails beside each verdict
+
 
 def _print_table(header, rows) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
@@ -87,7 +89,9 @@ def _print_table(header, rows) -> None:
     help="perf-wrapped runs per side for --perf observe",
 )
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
-@click.option("--fail-on", type=click.Choice(["no-go"]), help="exit 1 on a NO-GO")
+@click.option(
+    "--fail-on", type=click.Choice(["no-go"]), help="exit 1 on a NO-GO or a FAILED verdict"
+)
 def ab_cmd(
     profile,
     baseline,
@@ -146,14 +150,23 @@ def ab_cmd(
         click.echo("A/A (no --baseline/--set): a noise check, not an experiment")
     judged = {c.workload: c.metric for c in result.primary()}
     _print_table(
-        [VERDICT_HEADER[0], "judged", *VERDICT_HEADER[1:-1], "peak RSS B/A"],
-        [[r[0], judged[r[0]], *r[1:-1], rss_verdict(result, r[0])] for r in verdict_rows(result)],
+        [VERDICT_HEADER[0], "judged", *VERDICT_HEADER[1:-1], "peak RSS B/A", "end RSS B/A"],
+        [
+            [r[0], judged[r[0]], *r[1:-1], *(rss_verdict(result, r[0], m) for m in RSS)]
+            for r in verdict_rows(result)
+        ],
     )
     for g in result.comparisons:
         if result.role(g) == "guardrail" and g.verdict not in ("NEUTRAL", ""):
             click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
+    for w, e in result.engagement.items():
+        if e["status"] != "n/a":
+            click.echo(f"{w}: {e['status'].upper()}: {e['detail']}")
+    for w, note in result.failures.items():
+        if note:
+            click.echo(f"{w}: {result.verdicts().get(w)}: {note}")
     if result.failed:
         click.echo(f"{len(result.failed)} sample(s) failed; see report.md")
     if result.noise_warning:  # the full text was printed before the run, and is in report.md
@@ -167,7 +180,7 @@ def ab_cmd(
         sys.exit(EXIT_INTERRUPTED)
     if all(c.n_pairs == 0 for c in result.primary()):
         raise MeasurementError(f"no complete pair for any workload; see {result.out}/report.md")
-    if fail_on == "no-go" and any(c.verdict == "NO-GO" for c in result.primary()):
+    if fail_on == "no-go" and any(c.verdict in ("NO-GO", "FAILED") for c in result.primary()):
         sys.exit(EXIT_GATE)
 
 

@@ -12,7 +12,7 @@ from hakbench import hotspots
 from hakbench.cell import make_cell
 from hakbench.collect.harness import parse_harness_output
 from hakbench.errors import MeasurementError, UsageError
-from hakbench.meta import collect_meta
+from hakbench.meta import cell_meta
 from hakbench.store import default_run_dir, write_json
 
 
@@ -99,12 +99,9 @@ def hotspots_cmd(
     (out / "hotspots.md").write_text(md)
     write_json(
         out / "meta.json",
-        collect_meta(
-            kind="hotspots",
-            variant=cell.variant,
-            cell=cell.key,
-            cell_label=cell.label,
-            env=cell.env,
+        cell_meta(
+            cell,
+            "hotspots",
             argv=argv,
             perf_event=event,
             perf_frequency=frequency,

@@ -10,7 +10,7 @@ import click
 from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
 from hakbench.meta import command_line
-from hakbench.progress import Progress
+from hakbench.progress import progress_reporter
 from hakbench.report.apps import write_apps_report
 from hakbench.shard import parse_shard
 from hakbench.store import default_run_dir
@@ -33,27 +33,12 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
             ratio = f"  x{s.ratio:.3f} [{s.ratio_ci_low:.3f}, {s.ratio_ci_high:.3f}]"
             ratio += " (reference)" if s.reference == s.label else f" vs {s.reference}"
         failed = f"  ({s.n_failed} failed: {s.reason})" if s.n_failed else ""
+        if s.status != "ok":  # FAILED: a side failed, so no ratio (stats.failures)
+            failed = f"  {s.status}: {s.reason}"
         click.echo(
             f"  {s.label:<{width}}  {s.median:>14,.{digits}f} {s.metric}"
             f"  95% CI [{s.ci_low:,.{digits}f}, {s.ci_high:,.{digits}f}]  n={s.n}{ratio}{failed}"
         )
-
-
-def progress_reporter(label: str):
-    """A progress bar per group of samples: the timed rounds, then the instruction counts."""
-    state: dict = {}
-
-    def on_sample(done: int, total: int, sample: dict) -> None:
-        if done == 1:
-            counting = sample["phase"] == "instructions"
-            state["bar"] = Progress(total, f"{label} instruction counts" if counting else label)
-        bad = sample["status"] != "ok"
-        note = f"{sample['cell'].split('|')[0]} {sample['workload']}: {sample['status']}"
-        state["bar"].step(not bad, note if bad else "")
-        if done == total:
-            state["bar"].close()
-
-    return on_sample
 
 
 @click.command("matrix")

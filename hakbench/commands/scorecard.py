@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from hakbench import paths, scorecard
-from hakbench.commands.matrix import progress_reporter
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, UsageError
 from hakbench.meta import command_line
+from hakbench.progress import progress_reporter
 
 
 @click.command("scorecard")

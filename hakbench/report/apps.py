@@ -9,8 +9,9 @@ why: crash, timeout, wrong output, wrong allocator).
 
 Time: a command workload's own time metric (wall_s, cpu_s, app_time_s) as is; a rate
 (harness throughput, app_rate) is turned into time as reference/cell. Every ratio is the
-median of per-round ratios (a round runs every cell once, so the two cells of a ratio ran
-close together in time), with a distribution-free 95 % CI (hakbench.matrix.summarize).
+median of the ratios of adjacent pairs (each cell runs back to back with its reference; a
+stored run of plan 1 is paired by round), with a distribution-free 95 % CI
+(hakbench.matrix.summarize).
 Memory: ``maxrss_kb`` the same way (for a command workload wait4's ru_maxrss through
 hakrun, for a harness program its own VmHWM).
 """
@@ -150,8 +151,13 @@ def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
         f"# Applications and stress: {m['name']}",
         "",
         f"{m['runs']} measured rounds (+{m['warmup']} warm-up), every cell once per round in a "
-        f"seeded shuffled order. Ratios are to {ref}: the median of per-round ratios with a "
-        "95 % CI; time ratio < 1 and memory ratio < 1 are better. Time is the workload's own "
+        + (
+            f"seeded shuffled order. Ratios are to {ref}: the median of per-round ratios with a "
+            if m.get("plan", 1) == 1
+            else f"seeded shuffled order, each cell back to back with {ref}. Ratios are to "
+            f"{ref}: the median of the ratios of those adjacent pairs with a "
+        )
+        + "95 % CI; time ratio < 1 and memory ratio < 1 are better. Time is the workload's own "
         "judged metric (" + ", ".join(sorted({r.time_metric for r in rows})) + "); a rate "
         "counts as reference rate / rate.",
         "",

@@ -24,6 +24,7 @@ TABLE_METRICS = (
     "minflt",
     "majflt",
     "maxrss_kb",
+    "rss_end_kb",
     "context_switches",
     "cpu_migrations",
     "cycles",
@@ -31,6 +32,13 @@ TABLE_METRICS = (
     "ipc",
     "branch_misses",
     "ir_per_op",
+)
+
+# Why ab's measured pairs run without perf by default (hakbench.ab's PERF_MODES).
+PERF_MODE_WHY = (
+    "Measured pairs run without perf by default because on this VM wrapping every sample in "
+    "`perf stat` roughly doubled the width of the throughput CI (4.9-7.5 % against 1.7-4.3 % "
+    "without, same ~2 % A/B at load 2.6-3.6) and halved the detections (1/4 against 3/4)."
 )
 
 
@@ -53,10 +61,11 @@ def fmt_p(p) -> str:
     return "-" if p is None or math.isnan(p) else f"{p:.3g}"
 
 
-def rss_verdict(result, workload: str) -> str:
-    """``NEUTRAL 1.0321`` for the workload's peak-RSS guardrail, ``-`` when not measured."""
+def rss_verdict(result, workload: str, metric: str = "maxrss_kb") -> str:
+    """``NEUTRAL 1.0321`` for the workload's peak-RSS guardrail (or ``metric``'s), ``-``
+    when not measured."""
     g = next(
-        (c for c in result.comparisons if c.workload == workload and c.metric == "maxrss_kb"),
+        (c for c in result.comparisons if c.workload == workload and c.metric == metric),
         None,
     )
     if g is None or math.isnan(g.ratio):
@@ -108,8 +117,6 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def perf_mode_lines(result) -> list[str]:
     """Which perf mode measured the pairs, and why that is the default."""
-    from hakbench.ab import PERF_MODE_WHY
-
     spec = result.spec
     if spec.metric == "instructions":
         return []
@@ -212,8 +219,11 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
                 "",
             ]
     lines += [
-        "NOT-ENGAGED overrides the timing verdict when a routing switch differs between A and "
-        "B and the stats run of both sides shows route_hits=0 for its path.",
+        "Engagement: every HAKMEM_* switch that differs between A and B is checked against "
+        "the counters its row of the options table names (allocator/src/options.h, "
+        "`hakmem-options --json`) in one stats-build run per side: engaged when one of them "
+        "differs between A and B. NOT-ENGAGED (no differing switch acted) overrides the "
+        "timing verdict; PARTIAL (some acted, some did not) is reported beside it.",
         "",
     ]
     for w, (a, b) in result.cells.items():
@@ -261,6 +271,11 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             + ".",
             "",
         ]
+    noted = {w: note for w, note in result.failures.items() if note}
+    if noted:
+        lines += ["## Failures", ""]
+        lines += [f"- {w}: **{result.verdicts().get(w)}**: {note}" for w, note in noted.items()]
+        lines.append("")
     lines += ["## Failed samples", ""]
     if not result.failed:
         lines += ["None.", ""]
@@ -278,7 +293,12 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         {(s.get("workload"), s.get("pair")) for s in result.failed if s.get("phase") == "measure"}
     )
     if n_failed_pairs:
-        lines += ["", f"{n_failed_pairs} pair(s) dropped entirely because a side failed.", ""]
+        lines += [
+            "",
+            f"{n_failed_pairs} pair(s) with a failed side; the verdict counts them (see "
+            "Failures above), the ratios are of the complete pairs.",
+            "",
+        ]
     launchers = {s.get("launcher") for s in samples if s.get("phase") == "measure"}
     how = [
         "- throughput is the harness's own `Throughput` line (timed loop only); CPU times, "

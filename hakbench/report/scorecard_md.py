@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 
 from hakbench.matrix import CellSummary
-from hakbench.scorecard import MILESTONES, Scorecard, geomean, history_ratios, milestone_of
+from hakbench.scorecard_model import MILESTONES, Scorecard, geomean, history_ratios, milestone_of
 
 DASH = "—"
 
@@ -151,13 +151,26 @@ def _provenance(card: Scorecard) -> list[str]:
         f"THP {m.get('thp_enabled')}; 1-min load average at start {m.get('load_avg_1min', 0):.2f}.",
         f"- perf: {perf_text}.",
         f"- Design: {mx['runs']} measured rounds, {mx['warmup']} warm-up round(s) discarded; "
-        "each round runs every cell once, in an order shuffled per round with seed "
-        f"{mx['seed']}, so every cell meets the VM's slow and fast phases alike. "
+        + (
+            "each round runs every cell once, in an order shuffled per round with seed "
+            if mx.get("plan", 1) == 1
+            else "each round runs every cell once, back to back with the "
+            f"{card.reference} cell of its workload (that cell runs once beside each cell "
+            "compared with it; the order within a pair is random), the pairs shuffled per "
+            "round with seed "
+        )
+        + f"{mx['seed']}, so every cell meets the VM's slow and fast phases alike. "
         f"{card.n_samples} samples stored in `results/scorecard/samples.jsonl`.",
         "- Statistics: median over rounds with a distribution-free 95 % CI of the median "
         "(order statistics); with fewer than 6 rounds that interval is the full min–max range "
-        f"and covers less than 95 %. The ratio to {card.reference} is the median of per-round "
-        "ratios (the two cells ran in the same round), with its CI the same way. Peak RSS and "
+        f"and covers less than 95 %. The ratio to {card.reference} is the median of "
+        + (
+            "per-round ratios (the two cells ran in the same round)"
+            if mx.get("plan", 1) == 1
+            else "the ratios of the adjacent pairs (the two processes ran one after the other)"
+        )
+        + ", with its CI the same way. A cell with a failed sample on either side of its "
+        "pairs is FAILED, with no ratio. Peak RSS and "
         "minor faults are medians of the harness process's own figures.",
         "- Ir/op: instructions per harness op, start-up netted out, counted once per cell "
         f"after the timed rounds ({_ir_tool(card)}); exact, but blind to cache misses, "
