@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from hakbench import calibrate as cal
+from hakbench import calibrate_sequential as calseq
 from hakbench import runlength
 from hakbench import stats as st
 from hakbench.cell import make_cell
@@ -15,7 +17,7 @@ from hakbench.load import LoadMonitor
 from hakbench.load import describe as describe_load
 from hakbench.meta import collect_meta
 from hakbench.progress import Progress
-from hakbench.store import default_run_dir, write_json, write_text
+from hakbench.store import append_jsonl, default_run_dir, write_json, write_text
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work
 
@@ -79,6 +81,27 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     help="with --run-length: fraction of the workload's iterations to try (repeatable) "
     "[default: 1/8, 1/4, 1/2, 1]",
 )
+@click.option(
+    "--sequential",
+    is_flag=True,
+    help="instead: the sequential rule's verdicts on real pairs with known truths (A/A, "
+    "injected slowdowns), stopping each trial at a decisive verdict or the budget",
+)
+@click.option(
+    "--condition",
+    "conditions",
+    multiple=True,
+    metavar="K@THRESHOLD",
+    help="with --sequential: --extra-work K of side B judged at THRESHOLD % (repeatable) "
+    f"[default: {', '.join(calseq.DEFAULT_CONDITIONS)}]",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(0, min_open=True),
+    default=calseq.DEFAULT_MAX_TIME_S,
+    show_default=True,
+    help="with --sequential: seconds per trial before it ends INCONCLUSIVE",
+)
 def calibrate_cmd(
     workloads,
     allocator,
@@ -93,6 +116,9 @@ def calibrate_cmd(
     out,
     run_length,
     fractions,
+    sequential,
+    conditions,
+    max_time,
 ):
     """Run A/A trials and trials with a known injected cost; write calibration.json.
 
@@ -105,7 +131,18 @@ def calibrate_cmd(
     With --run-length: A/A pairs at a few iteration counts of each workload, interleaved;
     per count the pair spread and wall seconds per pair, and the count with the shortest
     expected time to a sequential verdict, recorded for this machine (run_length.json).
+
+    With --sequential: trials of hakbench.sequential's rule on real pairs, a look after
+    every pair, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
+    counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
+    if sequential:
+        if extra_work or perf or run_length or fractions:
+            raise UsageError("--sequential takes --condition K@T, not -k, --perf or --run-length")
+        _sequential(workloads, allocator, profile, warmup, trials, seed, out, conditions, max_time)
+        return
+    if conditions:
+        raise UsageError("--condition belongs to --sequential")
     if run_length:
         if extra_work or perf:
             raise UsageError("--run-length measures A/A pairs: no --extra-work or --perf")
@@ -120,15 +157,7 @@ def calibrate_cmd(
     ks = tuple(extra_work) or cal.DEFAULT_EXTRA_WORK
     if any(k <= 0 for k in ks):
         raise UsageError("--extra-work values must be > 0 (K=0 is the A/A condition)")
-    cell = make_cell(allocator, workload, profile=profile)
-    if cell.workload.program != EXTRA_WORK_PROGRAM:
-        raise UsageError(
-            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work; workload "
-            f"'{workload}' runs {cell.workload.program}"
-        )
-    alloc = cell.resolved_allocator()
-    if not alloc.available:
-        raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+    cell = _extra_work_cell(allocator, workload, profile)
     out = out or default_run_dir(f"calibrate-{cell.allocator_label}-{cell.workload.name}")
     if (out / "trials.jsonl").exists():
         raise UsageError(f"{out} already holds trials.jsonl; choose another --out")
@@ -200,12 +229,84 @@ def _run_length(workloads, allocator, profile, pairs, warmup, threshold, seed, o
     )
     doc["load"] = load.result
     path = runlength.write(doc, out)
-    write_json(out / "meta.json", collect_meta(kind="calibrate-run-length", load=load.result))
-    text = "\n".join([*runlength.report_lines(doc), "", describe_load(load.result)]) + "\n"
-    write_text(out / "report.md", text)
-    click.echo(text)
+    _write_report(out, "calibrate-run-length", runlength.report_lines(doc), load.result)
     click.echo(f"results: {path}")
     click.echo(f"this machine's run lengths: {runlength.machine_path(doc['fingerprint'])}")
+
+
+def _sequential(workloads, allocator, profile, warmup, trials, seed, out, conditions, max_time):
+    if len(workloads) > 1:
+        raise UsageError("--sequential measures one workload")
+    conditions = conditions or calseq.DEFAULT_CONDITIONS
+    for c in conditions:
+        calseq.parse_condition(c)
+    cell = _extra_work_cell(allocator, workloads[0] if workloads else "mixed", profile)
+    out = out or default_run_dir(f"calibrate-sequential-{cell.allocator_label}")
+    if (out / "trials.jsonl").exists():
+        raise UsageError(f"{out} already holds trials.jsonl; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    progress = Progress(trials * len(conditions), f"calibrate --sequential {cell.workload.name}")
+
+    def on_trial(t, done, total):
+        append_jsonl(out / "trials.jsonl", asdict(t))
+        progress.step(ok=t.failed == 0, note=f"{t.condition}: {t.verdict} in {t.seconds:.0f} s")
+
+    with LoadMonitor() as load:
+        done = calseq.run(
+            cell,
+            conditions,
+            trials=trials,
+            max_time_s=max_time,
+            warmup=warmup,
+            seed=seed,
+            on_trial=on_trial,
+        )
+    progress.close()
+    rows = calseq.summarize(done)
+    interrupted = len(done) < trials * len(conditions)
+    doc = {
+        "workload": cell.workload.name,
+        "allocator": cell.allocator_label,
+        "profile": cell.profile,
+        "max_time_s": max_time,
+        "max_pairs": calseq.DEFAULT_MAX_PAIRS,
+        "trials": trials,
+        "trials_done": len(done),
+        "interrupted": interrupted,
+        "machine": cal.machine(),
+        "fingerprint": cal.fingerprint(),
+        "load": load.result,
+        "conditions": rows,
+    }
+    write_json(out / "sequential.json", doc)
+    lines = calseq.report_lines(rows, max_time_s=max_time, max_pairs=calseq.DEFAULT_MAX_PAIRS)
+    _write_report(out, "calibrate-sequential", lines, load.result)
+    click.echo(f"results: {out}")
+    if interrupted:
+        click.echo(f"hakbench: interrupted; {len(done)} trials kept", err=True)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _write_report(out: Path, kind: str, lines: list[str], load: dict) -> None:
+    """meta.json and report.md (the lines and the load they were measured under); echo it."""
+    write_json(out / "meta.json", collect_meta(kind=kind, load=load))
+    text = "\n".join([*lines, "", describe_load(load)]) + "\n"
+    write_text(out / "report.md", text)
+    click.echo(text)
+
+
+def _extra_work_cell(allocator, workload, profile):
+    """A cell of a workload whose harness program takes --extra-work, its allocator ready."""
+    cell = make_cell(allocator, workload, profile=profile)
+    if cell.workload.program != EXTRA_WORK_PROGRAM:
+        raise UsageError(
+            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work; workload "
+            f"'{workload}' runs {cell.workload.program}"
+        )
+    alloc = cell.resolved_allocator()
+    if not alloc.available:
+        raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+    return cell
 
 
 COMMANDS = [calibrate_cmd]
