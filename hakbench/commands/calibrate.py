@@ -137,8 +137,8 @@ def calibrate_cmd(
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
     if sequential:
-        if extra_work or perf or run_length or fractions:
-            raise UsageError("--sequential takes --condition K@T, not -k, --perf or --run-length")
+        if extra_work or perf or run_length or fractions or runs:
+            raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
         _sequential(workloads, allocator, profile, warmup, trials, seed, out, conditions, max_time)
         return
     if conditions:
