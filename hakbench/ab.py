@@ -27,6 +27,7 @@ from hakbench import stats as st
 from hakbench.cell import Cell, make_cell
 from hakbench.collect.allocstats import counter
 from hakbench.errors import UsageError
+from hakbench.load import LoadMonitor
 from hakbench.meta import collect_meta
 from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.profiles import expand_workloads, load_options, resolve_workload
@@ -142,6 +143,7 @@ class ABResult:
     perf_note: str = ""  # why perf counter runs were not taken, when they were not
     noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
     failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
+    load: dict | None = None  # hakbench.load: how busy the machine was while this measured
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command
@@ -341,6 +343,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
             progress.step(sample["status"] == "ok", sample.get("error") or "")
         return sample
 
+    monitor = LoadMonitor().start()
     try:
         for w, (a, b) in observed_cells.items() if observe else ():
             for side, cell in (("A", a), ("B", b)):
@@ -361,6 +364,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        meta["load"] = monitor.stop()
         if progress:
             progress.close()
     samples = store.samples()
@@ -398,6 +402,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         perf_counters=perf_counter_table(samples, list(cells)),
         perf_note=perf_note,
         noise_warning=noise_warning,
+        load=meta["load"],
         interrupted=interrupted,
         shas=shas,
         changed_libraries=sorted(

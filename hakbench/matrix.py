@@ -576,6 +576,7 @@ def run_matrix(
     runs only shard K of N (``hakbench.shard``). KeyboardInterrupt propagates after the
     finished samples are on disk.
     """
+    from hakbench.load import LoadMonitor
     from hakbench.meta import collect_meta
     from hakbench.store import RunStore, read_json
 
@@ -679,6 +680,7 @@ def run_matrix(
     # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
     group_size = Counter(p.phase == "instructions" for p in todo)
     group_done: Counter = Counter()
+    monitor = LoadMonitor().start()
     for p in todo:
         sample = take_sample(cells[p.index].cell, p.phase)
         sample.update(run_id=meta["run_id"], round=p.round, side=p.side, pair=_pair_key(cells, p))
@@ -687,6 +689,8 @@ def run_matrix(
         group_done[group] += 1
         if on_sample:
             on_sample(group_done[group], group_size[group], sample)
+    meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
+    store.write_meta(meta)
     summaries = write_dir_summary(out_dir)
     return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
 

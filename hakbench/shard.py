@@ -155,9 +155,15 @@ def merge(dirs: Sequence[Path], out: Path) -> tuple[dict, list[dict], list[str]]
         skipped=[s for i in order for s in metas[i].get("skipped", [])],
         shard=None,
         merged_from=[
-            {"k": metas[i]["shard"]["k"], "dir": str(dirs[i]), "hostname": metas[i].get("hostname")}
+            {
+                "k": metas[i]["shard"]["k"],
+                "dir": str(dirs[i]),
+                "hostname": metas[i].get("hostname"),
+                "load": metas[i].get("load"),  # each shard's machine and time had its own
+            }
             for i in order
         ],
+        load=None,
         merge_notes=notes,
     )
     meta["matrix"] = dict(meta["matrix"], runs=max(metas[i]["matrix"]["runs"] for i in order))

@@ -31,6 +31,7 @@ from hakbench.cell import make_cell
 from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_epoch_line, parse_harness_output
 from hakbench.errors import UsageError
+from hakbench.load import LoadMonitor
 from hakbench.meta import collect_meta
 from hakbench.procenv import clean_env
 from hakbench.profiles import resolve_workload
@@ -614,6 +615,7 @@ class SoakSession:
     interrupted: bool = False
     skipped: list[str] = field(default_factory=list)  # labels never started (after Ctrl-C)
     summary: dict = field(default_factory=dict)  # what summary.json holds, once written
+    load: dict | None = None  # hakbench.load: how busy the machine was while it soaked
 
 
 def run_soak(
@@ -626,6 +628,7 @@ def run_soak(
 ) -> SoakSession:
     """Soak every target in turn, then write the results directory (also after Ctrl-C)."""
     session = SoakSession(plan, out_dir, command)
+    monitor = LoadMonitor().start()
     with StopRequest() as stop:
         for target in plan.targets:
             if stop.received:
@@ -648,6 +651,7 @@ def run_soak(
                     on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
                 run.syscall_budget.append(strace_budget(target, plan.syscall_pass_s, plan.epoch_ms))
         session.interrupted = stop.received is not None
+    session.load = monitor.stop()
     done = [r.target for r in session.runs]
     session.skipped = [t.label for t in plan.targets if t not in done]
     session.summary = write_results(session)
@@ -694,6 +698,7 @@ def write_results(session: SoakSession) -> dict:
         targets=[t.label for t in plan.targets],
         profiles={t.profile: t.env for t in plan.targets if t.profile},
         options_validated=paths.options_binary().exists(),
+        load=session.load,
     )
     write_json(out / "meta.json", meta)
     write_report(out, summary, meta, epochs)

@@ -121,6 +121,7 @@ def test_system_vs_mimalloc_tiny_hot_is_no_go_with_every_file(lab):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] and meta["verdicts"]["hot"] == "NO-GO" and "perf" in meta
     report = (out / "report.md").read_text()
+    assert meta["load"]["own_cores"] > 0 and "Load: other processes used" in report
     assert "Wilcoxon" in report and "| hot | NO-GO |" in report
     assert "perf mode: **observe**" in report and "4.9-7.5 %" in report
     assert "A/A" not in report

@@ -129,6 +129,7 @@ def test_quick_matrix_end_to_end(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert [c["label"] for c in meta["cells"]] == ["hakmem:fast", "system"]
     assert meta["matrix"]["runs"] == 3 and meta["matrix"]["seed"] == 11
+    assert meta["load"]["available"] and "Load: other processes used" in result.output
     rows = (out / "summary.csv").read_text().splitlines()
     assert rows[0].startswith("cell,label,workload,metric,status,n,")
     system = next(r.split(",") for r in rows[1:] if r.split(",")[1] == "system")

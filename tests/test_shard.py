@@ -115,6 +115,8 @@ def test_two_shards_merged_give_the_unsharded_summary(tmp_path, repo_root):
         cwd=repo_root,
     )
     assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "m" / "meta.json").read_text())
+    assert meta["load"] is None and all(m["load"]["available"] for m in meta["merged_from"])
     merged, whole = rows(tmp_path / "m" / "summary.csv"), rows(tmp_path / "all" / "summary.csv")
     key = ("cell", "metric", "status", "n", "n_failed", "reference", "n_pairs")
     assert [tuple(m[k] for k in key) for m in merged] == [tuple(w[k] for k in key) for w in whole]

@@ -303,6 +303,7 @@ def test_soak_end_to_end_with_hakmem_and_glibc(tmp_path):
     assert (out / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     meta = json.loads((out / "meta.json").read_text())
     assert "soak" in meta["command"] and meta["kind"] == "soak"
+    assert meta["load"]["own_cores"] > 0 and "Load: other processes used" in report
     assert "hakbench soak system: 16 epochs of 500 ms" in r.stderr  # the progress bar
     assert "16/16" in r.stderr
 

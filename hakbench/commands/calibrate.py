@@ -2,32 +2,43 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from hakbench import calibrate as cal
+from hakbench import calibrate_sequential as calseq
+from hakbench import runlength
 from hakbench import stats as st
 from hakbench.cell import make_cell
 from hakbench.errors import EXIT_INTERRUPTED, UsageError
+from hakbench.load import LoadMonitor
+from hakbench.load import describe as describe_load
 from hakbench.meta import collect_meta
 from hakbench.progress import Progress
-from hakbench.store import default_run_dir
+from hakbench.store import append_jsonl, default_run_dir, write_json, write_text
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work
 
 
 @click.command("calibrate")
-@click.option("--workload", "-w", default="mixed", show_default=True)
+@click.option(
+    "--workload",
+    "-w",
+    "workloads",
+    multiple=True,
+    help="[default: mixed; with --run-length: the seed workloads of the gate] (repeatable "
+    "with --run-length)",
+)
 @click.option("--allocator", "-a", default="hakmem", show_default=True)
 @click.option("--profile", "-p", default="C7_SAFE", show_default=True, help="ENV profile")
 @click.option(
     "--runs",
     "-n",
-    default=cal.DEFAULT_RUNS,
-    show_default=True,
     type=click.IntRange(6, 10000),
-    help="measured pairs per trial (ab's default)",
+    help=f"measured pairs per trial [default: {cal.DEFAULT_RUNS}, ab's; with --run-length: "
+    f"{runlength.DEFAULT_PAIRS} per iteration count]",
 )
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 100))
 @click.option(
@@ -56,8 +67,58 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
 )
 @click.option("--seed", default=1, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@click.option(
+    "--run-length",
+    is_flag=True,
+    help="instead: measure A/A noise and cost per pair at fractions of each workload's "
+    "iterations and record the count that decides soonest",
+)
+@click.option(
+    "--fraction",
+    "fractions",
+    multiple=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="with --run-length: fraction of the workload's iterations to try (repeatable) "
+    "[default: 1/8, 1/4, 1/2, 1]",
+)
+@click.option(
+    "--sequential",
+    is_flag=True,
+    help="instead: the sequential rule's verdicts on real pairs with known truths (A/A, "
+    "injected slowdowns), stopping each trial at a decisive verdict or the budget",
+)
+@click.option(
+    "--condition",
+    "conditions",
+    multiple=True,
+    metavar="K@THRESHOLD",
+    help="with --sequential: --extra-work K of side B judged at THRESHOLD % (repeatable) "
+    f"[default: {', '.join(calseq.DEFAULT_CONDITIONS)}]",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(0, min_open=True),
+    default=calseq.DEFAULT_MAX_TIME_S,
+    show_default=True,
+    help="with --sequential: seconds per trial before it ends INCONCLUSIVE",
+)
 def calibrate_cmd(
-    workload, allocator, profile, runs, warmup, trials, extra_work, threshold, perf, seed, out
+    workloads,
+    allocator,
+    profile,
+    runs,
+    warmup,
+    trials,
+    extra_work,
+    threshold,
+    perf,
+    seed,
+    out,
+    run_length,
+    fractions,
+    sequential,
+    conditions,
+    max_time,
 ):
     """Run A/A trials and trials with a known injected cost; write calibration.json.
 
@@ -66,19 +127,37 @@ def calibrate_cmd(
     pairs) took 5 minutes here at a load of 6. A complete calibration becomes this machine's
     (results/runs/calibration/<fingerprint>/latest.json, not tracked), where `ab` reads it.
     Ctrl-C keeps the finished trials (trials.jsonl, calibration.json) and exits 130.
+
+    With --run-length: A/A pairs at a few iteration counts of each workload, interleaved;
+    per count the pair spread and wall seconds per pair, and the count with the shortest
+    expected time to a sequential verdict, recorded for this machine (run_length.json).
+
+    With --sequential: trials of hakbench.sequential's rule on real pairs, a look after
+    every pair, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
+    counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
+    if sequential:
+        if extra_work or perf or run_length or fractions or runs:
+            raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
+        _sequential(workloads, allocator, profile, warmup, trials, seed, out, conditions, max_time)
+        return
+    if conditions:
+        raise UsageError("--condition belongs to --sequential")
+    if run_length:
+        if extra_work or perf:
+            raise UsageError("--run-length measures A/A pairs: no --extra-work or --perf")
+        _run_length(workloads, allocator, profile, runs, warmup, threshold, seed, out, fractions)
+        return
+    if fractions:
+        raise UsageError("--fraction belongs to --run-length")
+    if len(workloads) > 1:
+        raise UsageError("calibrate measures one workload (several only with --run-length)")
+    workload = workloads[0] if workloads else "mixed"
+    runs = runs or cal.DEFAULT_RUNS
     ks = tuple(extra_work) or cal.DEFAULT_EXTRA_WORK
     if any(k <= 0 for k in ks):
         raise UsageError("--extra-work values must be > 0 (K=0 is the A/A condition)")
-    cell = make_cell(allocator, workload, profile=profile)
-    if cell.workload.program != EXTRA_WORK_PROGRAM:
-        raise UsageError(
-            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work; workload "
-            f"'{workload}' runs {cell.workload.program}"
-        )
-    alloc = cell.resolved_allocator()
-    if not alloc.available:
-        raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+    cell = _extra_work_cell(allocator, workload, profile)
     out = out or default_run_dir(f"calibrate-{cell.allocator_label}-{cell.workload.name}")
     if (out / "trials.jsonl").exists():
         raise UsageError(f"{out} already holds trials.jsonl; choose another --out")
@@ -108,6 +187,126 @@ def calibrate_cmd(
         click.echo(f"hakbench: interrupted; {result['trials_done']} trials kept", err=True)
         raise SystemExit(EXIT_INTERRUPTED)
     click.echo(f"this machine's calibration: {cal.machine_path(result['fingerprint'])}")
+
+
+def _run_length(workloads, allocator, profile, pairs, warmup, threshold, seed, out, fractions):
+    from hakbench.gate import load_gate
+    from hakbench.profiles import resolve_workload
+
+    names = workloads or load_gate().workloads
+    wls = [resolve_workload(w) for w in names]
+    for w in wls:
+        runlength.iterations(w)  # a workload without an iteration count is bad input
+    pairs = pairs or runlength.DEFAULT_PAIRS
+    fractions = fractions or runlength.DEFAULT_FRACTIONS
+    first = make_cell(allocator, wls[0], profile=profile)
+    alloc = first.resolved_allocator()
+    if not alloc.available:
+        raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+    out = out or default_run_dir(f"calibrate-run-length-{first.allocator_label}")
+    plans = [(w, runlength.counts(w, fractions)) for w in wls]
+    total = sum(2 * (pairs + warmup) * len(c) for _, c in plans)
+    progress = Progress(total, "calibrate --run-length")
+    entries = []
+    with LoadMonitor() as load:
+        for w, counts in plans:
+            points = runlength.measure_workload(
+                lambda wl: make_cell(allocator, wl, profile=profile),
+                w,
+                counts,
+                pairs=pairs,
+                warmup=warmup,
+                seed=seed,
+                on_sample=lambda s: progress.step(s["status"] == "ok", s.get("error") or ""),
+            )
+            entries.append(runlength.workload_entry(w, points, threshold))
+    progress.close()
+    doc = runlength.document(
+        entries,
+        threshold_pct=threshold,
+        pairs=pairs,
+        cell={"allocator": first.allocator_label, "profile": first.profile},
+    )
+    doc["load"] = load.result
+    path = runlength.write(doc, out)
+    _write_report(out, "calibrate-run-length", runlength.report_lines(doc), load.result)
+    click.echo(f"results: {path}")
+    click.echo(f"this machine's run lengths: {runlength.machine_path(doc['fingerprint'])}")
+
+
+def _sequential(workloads, allocator, profile, warmup, trials, seed, out, conditions, max_time):
+    if len(workloads) > 1:
+        raise UsageError("--sequential measures one workload")
+    conditions = conditions or calseq.DEFAULT_CONDITIONS
+    for c in conditions:
+        calseq.parse_condition(c)
+    cell = _extra_work_cell(allocator, workloads[0] if workloads else "mixed", profile)
+    out = out or default_run_dir(f"calibrate-sequential-{cell.allocator_label}")
+    if (out / "trials.jsonl").exists():
+        raise UsageError(f"{out} already holds trials.jsonl; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    progress = Progress(trials * len(conditions), f"calibrate --sequential {cell.workload.name}")
+
+    def on_trial(t, done, total):
+        append_jsonl(out / "trials.jsonl", asdict(t))
+        progress.step(ok=t.failed == 0, note=f"{t.condition}: {t.verdict} in {t.seconds:.0f} s")
+
+    with LoadMonitor() as load:
+        done = calseq.run(
+            cell,
+            conditions,
+            trials=trials,
+            max_time_s=max_time,
+            warmup=warmup,
+            seed=seed,
+            on_trial=on_trial,
+        )
+    progress.close()
+    rows = calseq.summarize(done)
+    interrupted = len(done) < trials * len(conditions)
+    doc = {
+        "workload": cell.workload.name,
+        "allocator": cell.allocator_label,
+        "profile": cell.profile,
+        "max_time_s": max_time,
+        "max_pairs": calseq.DEFAULT_MAX_PAIRS,
+        "trials": trials,
+        "trials_done": len(done),
+        "interrupted": interrupted,
+        "machine": cal.machine(),
+        "fingerprint": cal.fingerprint(),
+        "load": load.result,
+        "conditions": rows,
+    }
+    write_json(out / "sequential.json", doc)
+    lines = calseq.report_lines(rows, max_time_s=max_time, max_pairs=calseq.DEFAULT_MAX_PAIRS)
+    _write_report(out, "calibrate-sequential", lines, load.result)
+    click.echo(f"results: {out}")
+    if interrupted:
+        click.echo(f"hakbench: interrupted; {len(done)} trials kept", err=True)
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _write_report(out: Path, kind: str, lines: list[str], load: dict) -> None:
+    """meta.json and report.md (the lines and the load they were measured under); echo it."""
+    write_json(out / "meta.json", collect_meta(kind=kind, load=load))
+    text = "\n".join([*lines, "", describe_load(load)]) + "\n"
+    write_text(out / "report.md", text)
+    click.echo(text)
+
+
+def _extra_work_cell(allocator, workload, profile):
+    """A cell of a workload whose harness program takes --extra-work, its allocator ready."""
+    cell = make_cell(allocator, workload, profile=profile)
+    if cell.workload.program != EXTRA_WORK_PROGRAM:
+        raise UsageError(
+            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work; workload "
+            f"'{workload}' runs {cell.workload.program}"
+        )
+    alloc = cell.resolved_allocator()
+    if not alloc.available:
+        raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+    return cell
 
 
 COMMANDS = [calibrate_cmd]

@@ -9,6 +9,7 @@ import click
 
 from hakbench import matrix
 from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.load import describe as describe_load
 from hakbench.meta import command_line
 from hakbench.progress import progress_reporter
 from hakbench.report.apps import write_apps_report
@@ -99,6 +100,7 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
     if run.reused:
         click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
     print_summaries(run.summaries)
+    click.echo(describe_load(run.meta.get("load")))
     apps = write_apps_report(out_dir)
     if apps:
         click.echo(f"applications and stress: {apps}")

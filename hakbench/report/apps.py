@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from hakbench.load import describe as describe_load
 from hakbench.matrix import CellSummary, summarize
 from hakbench.metrics import METRICS
 
@@ -160,6 +161,8 @@ def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
         + "95 % CI; time ratio < 1 and memory ratio < 1 are better. Time is the workload's own "
         "judged metric (" + ", ".join(sorted({r.time_metric for r in rows})) + "); a rate "
         "counts as reference rate / rate.",
+        "",
+        describe_load(meta.get("load")),
         "",
         "| workload | allocator | time | time ÷ "
         + ref

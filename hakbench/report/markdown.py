@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hakbench.calibrate import calibration_line
 from hakbench.instructions import BLIND_SPOTS
+from hakbench.load import describe as describe_load
 from hakbench.metrics import METRICS, PERF_SOURCED
 from hakbench.stats import ALPHA, RULE
 
@@ -169,6 +170,7 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         lines += [calibration_line(), ""]
     if result.interrupted:
         lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
+    lines += [describe_load(result.load), ""]
     design = (
         "one callgrind run per side"
         if spec.metric == "instructions"

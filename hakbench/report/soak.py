@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from hakbench.load import describe as describe_load
+
 PLOT_NAME = "soak.png"
 
 
@@ -165,6 +167,8 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
         f"one process each, one after another.",
         "",
         f"Command: `{summary['command']}`",
+        "",
+        describe_load(meta.get("load")),
     ]
     notices: list[str] = []
     problems = [f for f in figures if f["status"] != "complete"]

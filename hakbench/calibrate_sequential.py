@@ -1,0 +1,240 @@
+"""How often the sequential rule is wrong here, and how long it takes to say anything.
+
+``hakbench calibrate --sequential`` drives ``hakbench.sequential``'s rule with real pairs, the
+way a sequential ``ab`` will: interleaved A/B pairs of one workload, a look after every
+pair, a stop as soon as the verdict is decisive (GO, NO-GO, NEUTRAL) or when the time or
+pair budget runs out (INCONCLUSIVE). Each condition is a known truth, given as ``K@T``: side
+B runs the harness's ``--extra-work K`` (side A K=0), judged at threshold T %. Issue #17's
+three:
+
+- ``0@1``: A/A. Any GO or NO-GO is a false verdict (wanted: <= 5 %).
+- ``K@1`` with K making B ~1.7 % slower: NO-GO wanted in >= 95 %, NEUTRAL never.
+- ``K@0.5`` with K making B ~0.7 % slower: NO-GO wanted in >= 90 %.
+
+The effect of a K depends on the machine, so each condition's effect is measured from all
+its pairs (their paired median) and reported beside its verdicts. Per condition: the
+verdict counts, the median and 90th percentile of the seconds and pairs to the stop.
+
+``sequential_trial`` is the loop itself, pure of processes: it takes a pair source and a
+clock, so tests drive it with simulated pairs; ``pair_source`` runs the real processes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from hakbench import calibrate as cal
+from hakbench import sequential as seq
+from hakbench.errors import UsageError
+from hakbench.runner import run_sample
+from hakbench.schedule import ab_schedule
+from hakbench.stats import GO, NEUTRAL, NO_GO
+
+DEFAULT_CONDITIONS = ("0@1", "0.5@1", "0.25@0.5")
+DEFAULT_MAX_TIME_S = 60.0
+DEFAULT_MAX_PAIRS = 2000
+VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
+
+
+def parse_condition(text: str) -> tuple[float, float]:
+    """``K@T`` -> (K, threshold %); K >= 0, T > 0."""
+    try:
+        k, t = (float(x) for x in text.split("@"))
+    except ValueError:
+        raise UsageError(f"condition {text!r}: expected K@THRESHOLD, e.g. 0.5@1") from None
+    if k < 0 or t <= 0:
+        raise UsageError(f"condition {text!r}: K must be >= 0 and the threshold > 0")
+    return k, t
+
+
+@dataclass
+class SeqTrial:
+    condition: str
+    extra_work: float
+    threshold_pct: float
+    index: int
+    verdict: str
+    n_pairs: int
+    seconds: float
+    estimate: float  # median log(B/A) of throughput at the stop
+    low: float
+    high: float
+    failed: int = 0
+    log_ratios: list = field(default_factory=list)
+
+
+def sequential_trial(
+    pairs: Iterator[tuple[float, float] | None],
+    *,
+    threshold_pct: float,
+    max_time_s: float = DEFAULT_MAX_TIME_S,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict:
+    """Look after every pair of throughputs (A, B) from ``pairs`` (None: a failed pair,
+    skipped) until the verdict is decisive or a budget runs out; higher throughput is better.
+    Returns verdict, n_pairs, seconds, estimate, low, high, failed and the log ratios."""
+    delta = math.log1p(threshold_pct / 100)
+    state = seq.Sequence_()
+    logs: list[float] = []
+    failed = 0
+    verdict, look = seq.INCONCLUSIVE, None
+    t0 = clock()
+    for pair in pairs:
+        if pair is None:
+            failed += 1
+        else:
+            logs.append(math.log(pair[1] / pair[0]))
+            look = state.look(logs)
+            verdict = seq.verdict(look, delta, higher_is_better=True)
+            if verdict in seq.DECISIVE:
+                break
+        if len(logs) >= max_pairs or clock() - t0 >= max_time_s:
+            break
+    return {
+        "verdict": verdict,
+        "n_pairs": len(logs),
+        "seconds": round(clock() - t0, 3),
+        "estimate": look.estimate if look else math.nan,
+        "low": look.low if look else -math.inf,
+        "high": look.high if look else math.inf,
+        "failed": failed,
+        "log_ratios": logs,
+    }
+
+
+def pair_source(
+    cell, k: float, *, warmup: int, seed: int, max_pairs: int, timeout: float = 120.0
+) -> Iterator[tuple[float, float] | None]:
+    """Real pairs as ``ab`` runs them: A = K 0, B = K ``k``, random order within a pair,
+    warm-up pairs first and discarded. Yields (A, B) throughputs, None for a failed pair."""
+    base = tuple(cell.workload.args)
+    args = {"A": [*base, *cal.extra_work_arg(0.0)], "B": [*base, *cal.extra_work_arg(k)]}
+    got: dict = {}
+    for slot in ab_schedule([cell.workload.name], max_pairs, warmup, seed):
+        s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout, args=args[slot.side])
+        if slot.phase != "measure":
+            continue
+        got[slot.side] = s
+        if len(got) == 2:
+            a, b = got["A"], got["B"]
+            got = {}
+            ok = a["status"] == "ok" and b["status"] == "ok"
+            yield (a["metrics"]["throughput"], b["metrics"]["throughput"]) if ok else None
+
+
+def plan(conditions: Sequence[str], trials: int, seed: int) -> list[tuple[str, int]]:
+    """(condition, index) in run order: shuffled blocks holding every condition once."""
+    rng = random.Random(seed)
+    order = []
+    for i in range(trials):
+        block = list(conditions)
+        rng.shuffle(block)
+        order += [(c, i) for c in block]
+    return order
+
+
+def run(
+    cell,
+    conditions: Sequence[str] = DEFAULT_CONDITIONS,
+    *,
+    trials: int,
+    max_time_s: float = DEFAULT_MAX_TIME_S,
+    max_pairs: int = DEFAULT_MAX_PAIRS,
+    warmup: int = 2,
+    seed: int = 1,
+    on_trial: Callable[[SeqTrial, int, int], None] | None = None,
+) -> list[SeqTrial]:
+    """Every trial of every condition; Ctrl-C ends it after the finished trials."""
+    parsed = {c: parse_condition(c) for c in conditions}
+    order = plan(list(conditions), trials, seed)
+    done: list[SeqTrial] = []
+    try:
+        for n, (c, i) in enumerate(order, 1):
+            k, threshold = parsed[c]
+            source = pair_source(
+                cell, k, warmup=warmup, seed=seed * 100003 + n, max_pairs=max_pairs
+            )
+            r = sequential_trial(
+                source, threshold_pct=threshold, max_time_s=max_time_s, max_pairs=max_pairs
+            )
+            source.close()
+            t = SeqTrial(c, k, threshold, i, **r)
+            done.append(t)
+            if on_trial:
+                on_trial(t, n, len(order))
+    except KeyboardInterrupt:
+        pass
+    return done
+
+
+def _quantile(xs: Sequence[float], q: float) -> float | None:
+    import numpy as np
+
+    return round(float(np.quantile(xs, q)), 3) if len(xs) else None
+
+
+def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
+    """Per condition: verdict counts and rates (Wilson 95 %), the measured effect, and the
+    median and 90th percentile of seconds and pairs to the stop."""
+    import numpy as np
+
+    rows = []
+    for c in dict.fromkeys(t.condition for t in trials):
+        ts = [t for t in trials if t.condition == c]
+        n = len(ts)
+        counts = Counter(t.verdict for t in ts)
+        logs = [x for t in ts for x in t.log_ratios]
+        k = ts[0].extra_work
+        # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
+        hits = counts[GO] + counts[NO_GO] if k == 0 else counts[NO_GO]
+        secs = [t.seconds for t in ts]
+        rows.append(
+            {
+                "condition": c,
+                "extra_work": k,
+                "threshold_pct": ts[0].threshold_pct,
+                "trials": n,
+                "effect_pct": round(100 * (1 / math.exp(float(np.median(logs))) - 1), 3)
+                if logs
+                else None,
+                "verdicts": {v: counts[v] for v in VERDICTS},
+                "rate_name": "false GO/NO-GO" if k == 0 else "NO-GO",
+                "rate": hits / n,
+                "rate_ci95": [round(x, 3) for x in cal.wilson_ci(hits, n)],
+                "seconds_median": _quantile(secs, 0.5),
+                "seconds_p90": _quantile(secs, 0.9),
+                "pairs_median": _quantile([t.n_pairs for t in ts], 0.5),
+                "pairs_p90": _quantile([t.n_pairs for t in ts], 0.9),
+                "failed_pairs": sum(t.failed for t in ts),
+            }
+        )
+    return rows
+
+
+def report_lines(rows: Sequence[dict], *, max_time_s: float, max_pairs: int) -> list[str]:
+    lines = [
+        f"# Sequential verdicts with known truths (budget {max_time_s:g} s or {max_pairs} "
+        "pairs per trial)",
+        "",
+        "| condition (K@threshold) | effect here | trials | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
+        "| rate (95 % CI) | s to verdict: median / p90 | pairs: median / p90 |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        v = r["verdicts"]
+        effect = "-" if r["effect_pct"] is None else f"{r['effect_pct']:.2f} %"
+        lo, hi = r["rate_ci95"]
+        lines.append(
+            f"| {r['condition']} | {effect} | {r['trials']} | {v[GO]} | {v[NO_GO]} "
+            f"| {v[NEUTRAL]} | {v[seq.INCONCLUSIVE]} "
+            f"| {r['rate_name']} {100 * r['rate']:.0f} % ({100 * lo:.0f}-{100 * hi:.0f}) "
+            f"| {r['seconds_median']} / {r['seconds_p90']} "
+            f"| {r['pairs_median']:g} / {r['pairs_p90']:g} |"
+        )
+    return lines

@@ -1,0 +1,125 @@
+"""calibrate --sequential: the stopping loop on simulated pairs (verdicts, budgets, failed
+pairs), the per-condition summary, and one short real run."""
+
+import json
+import math
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from hakbench import calibrate_sequential as cs
+from hakbench.cli import main
+from hakbench.errors import UsageError
+
+
+def pairs(effect_pct: float, sd: float, seed: int, failed_every: int = 0):
+    """Endless simulated (A, B) throughputs: B slower by ``effect_pct``; t-distributed
+    (3 degrees of freedom) log noise, heavy-tailed like this VM's pairs."""
+    rng = random.Random(seed)
+    i = 0
+    while True:
+        i += 1
+        if failed_every and i % failed_every == 0:
+            yield None
+            continue
+        z = rng.gauss(0, 1) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(3)) / 3)
+        yield (1e7, 1e7 / (1 + effect_pct / 100) * math.exp(sd * z))
+
+
+class Clock:
+    """A clock that advances by ``step`` seconds at every reading (one reading per pair)."""
+
+    def __init__(self, step: float):
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def test_a_clear_slowdown_stops_early_with_no_go():
+    r = cs.sequential_trial(pairs(5.0, 0.01, 1), threshold_pct=1.0, max_pairs=2000)
+    assert r["verdict"] == "NO-GO"
+    assert r["n_pairs"] < 200  # stopped as soon as it was decided, far inside the budget
+    assert r["high"] < -math.log1p(0.005)  # the interval lies beyond half the threshold
+
+
+def test_aa_ends_neutral_and_a_change_never_ends_on_the_wrong_side():
+    r = cs.sequential_trial(pairs(0.0, 0.005, 2), threshold_pct=1.0)
+    assert r["verdict"] == "NEUTRAL"
+    wrong = [
+        cs.sequential_trial(pairs(1.5, 0.01, s), threshold_pct=1.0, max_pairs=500)["verdict"]
+        for s in range(20)
+    ]
+    assert "GO" not in wrong and "NEUTRAL" not in wrong
+
+
+def test_the_time_budget_ends_it_inconclusive():
+    clock = Clock(0.5)  # each pair "takes" 0.5 s
+    r = cs.sequential_trial(
+        pairs(0.0, 0.2, 3), threshold_pct=1.0, max_time_s=10.0, max_pairs=10**6, clock=clock
+    )
+    assert r["verdict"] == "INCONCLUSIVE"
+    assert r["n_pairs"] <= 21 and r["seconds"] >= 10.0
+    r = cs.sequential_trial(pairs(0.0, 0.2, 3), threshold_pct=1.0, max_pairs=50)
+    assert r["verdict"] == "INCONCLUSIVE" and r["n_pairs"] == 50
+
+
+def test_failed_pairs_are_counted_and_left_out():
+    r = cs.sequential_trial(pairs(5.0, 0.01, 4, failed_every=4), threshold_pct=1.0)
+    assert r["verdict"] == "NO-GO" and r["failed"] > 0
+    assert len(r["log_ratios"]) == r["n_pairs"]
+
+
+def trial(condition, verdict, seconds, n=10, logs=(-0.017,)):
+    k, t = cs.parse_condition(condition)
+    return cs.SeqTrial(condition, k, t, 0, verdict, n, seconds, 0.0, 0.0, 0.0, 0, list(logs))
+
+
+def test_summary_rates_and_times():
+    ts = [trial("0@1", "NEUTRAL", s, logs=(0.0,)) for s in (1, 2, 3, 4)]
+    ts += [trial("0@1", "NO-GO", 5, logs=(0.0,))]
+    ts += [trial("0.5@1", "NO-GO", s) for s in range(1, 11)]
+    rows = {r["condition"]: r for r in cs.summarize(ts)}
+    aa, k = rows["0@1"], rows["0.5@1"]
+    assert aa["rate_name"] == "false GO/NO-GO" and aa["rate"] == pytest.approx(0.2)
+    assert aa["verdicts"] == {"GO": 0, "NO-GO": 1, "NEUTRAL": 4, "INCONCLUSIVE": 0}
+    assert k["rate"] == 1.0 and k["seconds_median"] == 5.5 and k["seconds_p90"] == 9.1
+    assert k["effect_pct"] == pytest.approx(100 * (math.exp(0.017) - 1), abs=1e-3)
+    text = "\n".join(cs.report_lines(list(rows.values()), max_time_s=60, max_pairs=2000))
+    assert "| 0.5@1 | 1.72 % | 10 | 0 | 10 | 0 | 0 | NO-GO 100 %" in text
+
+
+def test_conditions_are_checked():
+    assert cs.parse_condition("0.25@0.5") == (0.25, 0.5)
+    for bad in ("0.5", "x@1", "-1@1", "0.5@0"):
+        with pytest.raises(UsageError):
+            cs.parse_condition(bad)
+
+
+def test_sequential_calibration_real_run(tmp_path, bench_dir):
+    if not (bench_dir / "bench_random_mixed").exists():
+        pytest.skip("harness not built")
+    out = tmp_path / "seq"
+    r = CliRunner().invoke(
+        main,
+        [
+            "calibrate", "--sequential", "-a", "system", "-w", "mixed_short",
+            "--condition", "0@1", "--condition", "2@1", "--trials", "1", "--max-time", "2",
+            "--warmup", "1", "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "sequential.json").read_text())
+    rows = {c["condition"]: c for c in doc["conditions"]}
+    assert set(rows) == {"0@1", "2@1"}
+    for c in rows.values():
+        assert c["trials"] == 1 and sum(c["verdicts"].values()) == 1
+        assert 0 < c["seconds_median"] < 10 and c["pairs_median"] >= 1
+    assert rows["2@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=2 injects real work
+    lines = (out / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    assert "Load: other processes used" in (out / "report.md").read_text()
+    bad = CliRunner().invoke(main, ["calibrate", "--sequential", "--condition", "1"])
+    assert bad.exit_code == 2 and "K@THRESHOLD" in bad.output
