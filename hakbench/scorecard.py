@@ -312,7 +312,8 @@ def store_refresh(
     name: str = STORED_DIR,
     metrics_kept=REPORT_METRICS,
 ) -> Path:
-    """Copy a finished matrix run into ``results/<name>/``, compacted."""
+    """Copy a finished matrix run into ``results/<name>/``, compacted. Files the refresh does
+    not write (the gate's baseline, ``gate.json``) are kept."""
     samples = load_samples(run_dir / "samples.jsonl")
     meta = read_json(run_dir / "meta.json")
     meta.update(extra_meta)
@@ -326,6 +327,9 @@ def store_refresh(
     write_jsonl(tmp / "samples.jsonl", [compact_sample(s, metrics_kept) for s in samples])
     write_json(tmp / "meta.json", meta)
     if d.exists():
+        for kept in d.iterdir():
+            if not (tmp / kept.name).exists():
+                kept.rename(tmp / kept.name)
         shutil.rmtree(d)
     tmp.rename(d)
     return d

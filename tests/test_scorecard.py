@@ -118,7 +118,10 @@ def test_check_catches_a_stale_plot_and_a_missing_file(results):
 
 def test_history_is_append_only_across_refreshes(results, matrix_file):
     before = (results / "history.csv").read_text()
+    gate_baseline = results / "scorecard" / "gate.json"
+    gate_baseline.write_text('{"cells": []}\n')  # the gate's file beside the samples
     scorecard.refresh(results, matrix=matrix_file, quick=True)
+    assert gate_baseline.read_text() == '{"cells": []}\n', "a refresh keeps the gate's baseline"
     after = (results / "history.csv").read_text()
     assert after.startswith(before), "earlier refreshes' rows stay as they were"
     new_rows = after[len(before) :].splitlines()
