@@ -137,7 +137,7 @@ void hak_heap_release_page(hak_heap *heap, hak_page *page) {
         hak_superslab_release(ss);
         return;
     }
-    hak_os_page_slot_freed(ss);
+    hak_os_page_slot_freed(heap, ss);
     if (ss != heap->superslabs) {
         // It has a free slot now: move it first, where fresh pages are taken from.
         ss->prev->next = ss->next;
@@ -201,7 +201,7 @@ int hak_heap_adopt(hak_heap *heap) {
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
     } else {
-        hak_os_page_slot_freed(ss); // the slots of pages that emptied while abandoned
+        hak_os_page_slot_freed(heap, ss); // the slots of pages that emptied while abandoned
     }
     return 1;
 }
@@ -268,6 +268,7 @@ void hak_heap_note_abandoned_free(hak_heap *heap) {
 
 void hak_heap_sweep(hak_heap *heap) {
     heap->sweep_countdown = HAK_SWEEP_INTERVAL;
+    hak_os_purge_due(heap); // a heap that only allocates purges too
     if (!heap->remote_seen && ++heap->sweep_idle < HAK_SWEEP_IDLE_EVERY) return;
     heap->remote_seen = 0;
     heap->sweep_idle = 0;

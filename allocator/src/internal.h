@@ -94,6 +94,7 @@ typedef struct hak_superslab {
     uint32_t pages_in_use;
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
+    uint64_t purge_due_ns;   // speed-first: when the resident free slots may be purged (0: none due)
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
@@ -147,6 +148,8 @@ typedef struct hak_heap {
     // emptied. Written by the owner only.
     uint8_t remote_seen;
     uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
+    uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; os.c)
+    uint32_t purge_checks;    // slot frees since the deadlines were last checked (os.c)
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
@@ -239,7 +242,8 @@ void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t 
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
 void hak_os_superslab_put(hak_superslab *ss);
-void hak_os_page_slot_freed(hak_superslab *ss);
+void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
+void hak_os_purge_due(struct hak_heap *heap);
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
 void hak_os_fork_child(void);

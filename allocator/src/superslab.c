@@ -53,6 +53,7 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap) {
     ss->kind = HAK_SS_SMALL;
     atomic_store_explicit(&ss->owner, heap, memory_order_relaxed);
     ss->free_page_mask = (uint32_t)((1ull << HAK_PAGES_PER_SS) - 1);
+    ss->purge_due_ns = 0;
     hak_stat_add(ss_os, alloc, 1);
     return ss;
 }
@@ -64,8 +65,8 @@ void hak_superslab_release(hak_superslab *ss) {
 }
 
 // Prefers a slot whose memory is still resident (freed, not purged yet): no page faults, and
-// the speed-first policy purges fewer slots (it purges once more than HAK_DIRTY_SLOTS_MAX
-// free slots are resident, see os.c).
+// the speed-first policy purges fewer slots (it purges what stayed resident beyond
+// HAK_DIRTY_SLOTS_MAX free slots for HAK_PURGE_DELAY_NS, see os.c).
 hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
     uint32_t warm = ss->free_page_mask & ss->dirty_mask;
@@ -95,6 +96,7 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
 void hak_superslab_purge(hak_superslab *ss) {
     uint32_t mask = ss->dirty_mask & ss->free_page_mask;
     ss->dirty_mask &= ~mask;
+    ss->purge_due_ns = 0;
     if (ss->huge) return;
     int saved = errno;
     while (mask) {
