@@ -94,7 +94,7 @@ typedef struct hak_superslab {
     uint32_t pages_in_use;
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
-    uint64_t purge_due_ns;   // speed-first: when the resident free slots may be purged (0: none due)
+    uint64_t purge_due_ns; // speed-first: when the resident free slots may be purged (0: none due)
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache

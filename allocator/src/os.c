@@ -33,17 +33,16 @@ static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).
 static _Atomic uint64_t cache_purge_next_ns;
 
-#define HAK_DIRTY_SLOTS_MAX 4
-#define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
+#define HAK_DIRTY_SLOTS_MAX     4
+#define HAK_PURGE_DELAY_NS      (10u * 1000u * 1000u)
 #define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
-#define HAK_PURGE_CHECK_EVERY 16
+#define HAK_PURGE_CHECK_EVERY   16
 
 static uint64_t coarse_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); // vDSO, no syscall
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
-
 
 // Maps `size` bytes (a multiple of 4 KiB) aligned to `alignment` (a power of two >= 4 KiB).
 // The caller gets the aligned start; the mapping is exactly [start, start + size).

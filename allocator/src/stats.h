@@ -29,22 +29,23 @@
     X(SMALL_HEAP_V3_STATS, PATH)
 
 #define HAK_SS_OS_STATS_FIELDS(X)                                                                  \
-    X(alloc)         /* superslabs handed to heaps */                                              \
-    X(free)          /* superslabs given back by heaps */                                          \
-    X(mmap_total)    /* mmap calls */                                                              \
-    X(munmap)        /* munmap calls */                                                            \
-    X(madvise)       /* madvise calls */                                                           \
-    X(slot_purge_kb) /* free page slots of live superslabs given back (madvise DONTNEED) */        \
-    X(huge_alloc)    /* superslabs backed by huge pages */                                         \
-    X(huge_fail)     /* huge page attempts that fell back */                                       \
-    X(cache_hit)     /* superslab taken from the empty-superslab cache */                          \
-    X(cache_miss)    /* superslab had to be mapped */                                              \
-    X(cache_release) /* empty superslab unmapped because the cache was full */                     \
-    X(abandon)       /* superslabs left with live blocks by an exiting thread */                   \
-    X(adopt)         /* abandoned superslabs taken over by another thread */                       \
+    X(alloc)               /* superslabs handed to heaps */                                        \
+    X(free)                /* superslabs given back by heaps */                                    \
+    X(mmap_total)          /* mmap calls */                                                        \
+    X(munmap)              /* munmap calls */                                                      \
+    X(madvise)             /* madvise calls */                                                     \
+    X(slot_purge_kb)       /* free page slots of live superslabs given back (madvise DONTNEED) */  \
+    X(huge_alloc)          /* superslabs backed by huge pages */                                   \
+    X(huge_fail)           /* huge page attempts that fell back */                                 \
+    X(cache_hit)           /* superslab taken from the empty-superslab cache */                    \
+    X(cache_miss)          /* superslab had to be mapped */                                        \
+    X(cache_release)       /* empty superslab unmapped because the cache was full */               \
+    X(abandon)             /* superslabs left with live blocks by an exiting thread */             \
+    X(adopt)               /* abandoned superslabs taken over by another thread */                 \
     X(abandoned_reclaimed) /* abandoned superslabs that emptied and went back to the OS policy */  \
-    X(remote_emptied) /* pages a sweep found emptied by remote frees (then as if emptied locally) */\
-    X(mapped_kb)     /* currently mapped superslab + large memory */                               \
+    X(remote_emptied) /* pages a sweep found emptied by remote frees (then as if emptied locally)  \
+                       */                                                                          \
+    X(mapped_kb)      /* currently mapped superslab + large memory */                              \
     X(mapped_peak_kb)
 
 #define HAK_LARGE_STATS_FIELDS(X)                                                                  \
