@@ -17,6 +17,17 @@ Rules (the ``[gate]`` table of ``profiles/matrices/scorecard.toml`` states the n
   schedule, so those workloads carry a wider tolerance, measured and stated in the table;
 - a cell that cannot be measured fails as a measurement error (exit 3), never as a pass.
 
+Instructions miss the kernel's work: a memory-policy change that made ``mid_large_mt1``
+take 18,300 minor page faults instead of ~1,300 (and run 5x slower) left its count of
+instructions unchanged. So the gate measures a second quantity per cell: the minor page
+faults (``minflt``, wait4's rusage of the harness, ``hakbench.runner.run_sample`` without
+perf) of a native run of the same scaled cell, the median of ``FAULT_RUNS`` runs, done one
+at a time before the callgrind counts start. Faults of a deterministic program are nearly
+repeatable, but the allocator purges page slots after a delay, so they can depend on
+timing: a cell's faults fail the gate only when they moved by more than
+``faults_tolerance_pct`` AND by more than ``faults_min_change`` faults (both in the table),
+a rise as a regression, a drop with the message to refresh, like instructions.
+
 The counts depend on the toolchain as well as on the code: the compiler builds the library,
 glibc runs the harness and valgrind's version decides what it counts. The baseline records
 all three; when the machine's differ, the table says so on its first line, so a rise caused
@@ -42,7 +53,19 @@ from hakbench.profiles import Workload, resolve_workload
 
 GATE_FILE = "gate.json"
 DEFAULT_TOLERANCE_PCT = 0.5
-GATE_KEYS = {"profiles", "workloads", "scale", "tolerance_pct", "tolerance_pct_by_workload"}
+DEFAULT_FAULTS_TOLERANCE_PCT = 25.0
+DEFAULT_FAULTS_MIN_CHANGE = 256
+FAULT_RUNS = 3  # native runs per cell; the gate keeps their median
+GATE_KEYS = {
+    "profiles",
+    "workloads",
+    "scale",
+    "tolerance_pct",
+    "tolerance_pct_by_workload",
+    "faults_tolerance_pct",
+    "faults_tolerance_pct_by_workload",
+    "faults_min_change",
+}
 
 OK, ROSE, DROPPED, FAILED, NEW, MISSING = "ok", "ROSE", "DROPPED", "FAILED", "new", "missing"
 
@@ -54,9 +77,15 @@ class GateSpec:
     scale: float = 0.1
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     tolerance_by_workload: dict = field(default_factory=dict)
+    faults_tolerance_pct: float = DEFAULT_FAULTS_TOLERANCE_PCT
+    faults_min_change: int = DEFAULT_FAULTS_MIN_CHANGE
+    faults_tolerance_by_workload: dict = field(default_factory=dict)
 
     def tolerance(self, workload: str) -> float:
         return float(self.tolerance_by_workload.get(workload, self.tolerance_pct))
+
+    def faults_tolerance(self, workload: str) -> float:
+        return float(self.faults_tolerance_by_workload.get(workload, self.faults_tolerance_pct))
 
 
 def _number(value, what: str, where: str, *, positive: bool = True) -> float:
@@ -85,18 +114,38 @@ def parse_gate(data: dict, where: str = "scorecard.toml") -> GateSpec:
     if scale > 1:
         raise UsageError(f"{where}: [gate] scale must be at most 1, got {scale}")
     tolerance = _number(gate.get("tolerance_pct", DEFAULT_TOLERANCE_PCT), "tolerance_pct", where)
-    by_workload = gate.get("tolerance_pct_by_workload", {})
-    if not isinstance(by_workload, dict):
-        raise UsageError(f"{where}: [gate] tolerance_pct_by_workload must be a table")
-    by_workload = {
-        str(k).lower(): _number(v, f"tolerance_pct_by_workload.{k}", where)
-        for k, v in by_workload.items()
-    }
     names = tuple(w.lower() for w in workloads)
-    stray = sorted(set(by_workload) - set(names))
-    if stray:
-        raise UsageError(f"{where}: [gate] tolerance for workload(s) not gated: {stray}")
-    return GateSpec(tuple(p.upper() for p in profiles), names, scale, tolerance, by_workload)
+
+    def per_workload(key: str) -> dict:
+        table = gate.get(key, {})
+        if not isinstance(table, dict):
+            raise UsageError(f"{where}: [gate] {key} must be a table")
+        table = {str(k).lower(): _number(v, f"{key}.{k}", where) for k, v in table.items()}
+        stray = sorted(set(table) - set(names))
+        if stray:
+            raise UsageError(f"{where}: [gate] tolerance for workload(s) not gated: {stray}")
+        return table
+
+    by_workload = per_workload("tolerance_pct_by_workload")
+    faults_by_workload = per_workload("faults_tolerance_pct_by_workload")
+    faults_tolerance = _number(
+        gate.get("faults_tolerance_pct", DEFAULT_FAULTS_TOLERANCE_PCT),
+        "[gate] faults_tolerance_pct",
+        where,
+    )
+    min_change = gate.get("faults_min_change", DEFAULT_FAULTS_MIN_CHANGE)
+    if isinstance(min_change, bool) or not isinstance(min_change, int) or min_change < 0:
+        raise UsageError(f"{where}: [gate] faults_min_change must be an integer >= 0")
+    return GateSpec(
+        tuple(p.upper() for p in profiles),
+        names,
+        scale,
+        tolerance,
+        by_workload,
+        faults_tolerance,
+        int(min_change),
+        faults_by_workload,
+    )
 
 
 def load_gate(path: Path | None = None) -> GateSpec:
@@ -136,30 +185,59 @@ def gate_cells(spec: GateSpec, *, build: Path | None = None) -> list:
     ]
 
 
+def measure_faults(cell, runs: int = FAULT_RUNS) -> dict:
+    """Minor page faults of ``runs`` native runs of ``cell`` (no perf: the harness is
+    hakbench's own child and wait4 gives its rusage), and their median.
+    ``{"status", "minflt", "minflt_runs", "error"}``; never raises for a failed run."""
+    from hakbench.runner import run_sample
+
+    counts = []
+    for _ in range(runs):
+        s = run_sample(cell, phase="gate", perf=False)
+        flt = s.get("metrics", {}).get("minflt")
+        if s["status"] != "ok" or not isinstance(flt, int):
+            error = s.get("error") or s["status"]
+            return {"status": "failed", "minflt": None, "minflt_runs": counts, "error": error}
+        counts.append(flt)
+    return {"status": "ok", "minflt": sorted(counts)[len(counts) // 2], "minflt_runs": counts}
+
+
 def measure(
     cells: Sequence, *, jobs: int = 2, on_result: Callable[[dict], None] | None = None
 ) -> list[dict]:
-    """Exact Ir/op of every cell (callgrind runs ``jobs`` at a time: counts do not depend
-    on what else runs, only the wall time does). One row per cell, in the cells' order."""
+    """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell.
+
+    The native runs go first, one at a time, so they do not share the CPUs with callgrind
+    (a purge after a delay makes faults depend a little on timing); then callgrind runs
+    ``jobs`` at a time (counts do not depend on what else runs, only the wall time does).
+    One row per cell, in the cells' order."""
     from hakbench.instructions import measure_instructions
 
-    def one(cell) -> dict:
+    faults = [measure_faults(cell) for cell in cells]
+
+    def one(item) -> dict:
+        cell, f = item
         r = measure_instructions(cell)
+        status, error = r["status"], r["error"]
+        if status == "ok" and f["status"] != "ok":
+            status, error = "failed", f"native run: {f['error']}"
         row = {
             "profile": cell.profile,
             "workload": cell.workload.name,
             "args": list(cell.workload.args),
-            "status": r["status"],
+            "status": status,
             "ir_per_op": r["ir_per_op"],
+            "minflt": f["minflt"],
+            "minflt_runs": f["minflt_runs"],
             "tool": r["tool"],
-            "error": r["error"],
+            "error": error,
         }
         if on_result:
             on_result(row)
         return row
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, cells))
+        return list(pool.map(one, zip(cells, faults, strict=True)))
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -199,6 +277,9 @@ class GateRow:
     tolerance_pct: float
     status: str
     error: str | None = None
+    faults_baseline: int | None = None
+    faults_now: int | None = None
+    faults_status: str | None = None
 
     @property
     def change_pct(self) -> float | None:
@@ -206,9 +287,32 @@ class GateRow:
             return (self.now / self.baseline - 1) * 100
         return None
 
+    @property
+    def faults_change(self) -> int | None:
+        if self.faults_baseline is not None and self.faults_now is not None:
+            return self.faults_now - self.faults_baseline
+        return None
+
+    @property
+    def faults_change_pct(self) -> float | None:
+        if self.faults_baseline and self.faults_now is not None:
+            return (self.faults_now / self.faults_baseline - 1) * 100
+        return None
+
+
+def judge_faults(spec: GateSpec, workload: str, baseline: int, now: int) -> str:
+    """ROSE or DROPPED when the faults moved by more than the workload's fault tolerance (%
+    of the baseline) AND by more than ``faults_min_change`` faults; otherwise OK (pure)."""
+    change = now - baseline
+    pct = change / baseline * 100 if baseline else float("inf") if change else 0.0
+    if abs(change) <= spec.faults_min_change or abs(pct) <= spec.faults_tolerance(workload):
+        return OK
+    return ROSE if change > 0 else DROPPED
+
 
 def compare(spec: GateSpec, baseline: Iterable[dict], current: Iterable[dict]) -> list[GateRow]:
-    """Judge every measured cell against its baseline row (pure)."""
+    """Judge every measured cell against its baseline row (pure): its instructions and its
+    page faults, each with its own status."""
     base = {(r["profile"], r["workload"]): r for r in baseline}
     rows = []
     for r in current:
@@ -216,26 +320,31 @@ def compare(spec: GateSpec, baseline: Iterable[dict], current: Iterable[dict]) -
         tol = spec.tolerance(r["workload"])
         b = base.pop(key, None)
         b_ir = b.get("ir_per_op") if b else None
-        if r["status"] != "ok" or r["ir_per_op"] is None:
-            rows.append(GateRow(*key, b_ir, None, tol, FAILED, r.get("error") or r["status"]))
+        b_flt = b.get("minflt") if b else None
+        flt = r.get("minflt")
+        if r["status"] != "ok" or r["ir_per_op"] is None or flt is None:
+            error = r.get("error") or r["status"]
+            rows.append(GateRow(*key, b_ir, None, tol, FAILED, error, b_flt, None, FAILED))
             continue
-        if b_ir is None:
-            rows.append(GateRow(*key, None, r["ir_per_op"], tol, NEW))
+        if b_ir is None or b_flt is None:
+            rows.append(GateRow(*key, b_ir, r["ir_per_op"], tol, NEW, None, b_flt, flt, NEW))
             continue
         if b.get("args") and b["args"] != r["args"]:
-            rows.append(
-                GateRow(*key, b_ir, r["ir_per_op"], tol, NEW, "measured with other arguments")
-            )
+            other = "measured with other arguments"
+            rows.append(GateRow(*key, b_ir, r["ir_per_op"], tol, NEW, other, b_flt, flt, NEW))
             continue
         change = (r["ir_per_op"] / b_ir - 1) * 100
         status = ROSE if change > tol else DROPPED if change < -tol else OK
-        rows.append(GateRow(*key, b_ir, r["ir_per_op"], tol, status))
+        faults = judge_faults(spec, r["workload"], b_flt, flt)
+        rows.append(GateRow(*key, b_ir, r["ir_per_op"], tol, status, None, b_flt, flt, faults))
     return rows
 
 
 def failing(rows: Iterable[GateRow]) -> list[GateRow]:
-    """Rows that fail the gate: a rise, a drop, a cell without a baseline."""
-    return [r for r in rows if r.status in (ROSE, DROPPED, NEW)]
+    """Rows that fail the gate: a rise, a drop (of instructions or of page faults), a cell
+    without a baseline."""
+    bad = (ROSE, DROPPED, NEW)
+    return [r for r in rows if r.status in bad or r.faults_status in bad]
 
 
 def table(rows: Sequence[GateRow]) -> str:
@@ -245,17 +354,36 @@ def table(rows: Sequence[GateRow]) -> str:
         return "—" if v is None else format(v, spec)
 
     lines = [
-        "| profile | workload | baseline Ir/op | now Ir/op | change | tolerance | verdict |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| profile | workload | baseline Ir/op | now Ir/op | change | tolerance | verdict "
+        "| baseline faults | now faults | change | faults verdict |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     for r in rows:
         verdict = r.status + (f" ({r.error})" if r.error else "")
+        flt_change = "—"
+        if r.faults_change is not None:
+            pct = r.faults_change_pct
+            flt_change = f"{r.faults_change:+d}" + ("" if pct is None else f" ({pct:+.0f} %)")
         lines.append(
             f"| {r.profile} | {r.workload} | {num(r.baseline, '.2f')} | {num(r.now, '.2f')} "
             f"| {num(r.change_pct, '+.2f')}{'' if r.change_pct is None else ' %'} "
-            f"| ±{r.tolerance_pct:g} % | {verdict} |"
+            f"| ±{r.tolerance_pct:g} % | {verdict} "
+            f"| {num(r.faults_baseline, 'd')} | {num(r.faults_now, 'd')} | {flt_change} "
+            f"| {r.faults_status or '—'} |"
         )
     return "\n".join(lines)
+
+
+def faults_rule(spec: GateSpec) -> str:
+    """The fault columns' rule, printed under the table."""
+    wider = "".join(
+        f", {w} {pct:g} %" for w, pct in sorted(spec.faults_tolerance_by_workload.items())
+    )
+    return (
+        f"faults: minor page faults, median of {FAULT_RUNS} native runs; a cell fails when "
+        f"they moved by more than {spec.faults_tolerance_pct:g} %{wider} and by more than "
+        f"{spec.faults_min_change} faults"
+    )
 
 
 def baseline_path(results: Path | None = None) -> Path:
@@ -270,18 +398,25 @@ def read_baseline(path: Path) -> dict:
     data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise UsageError(f"{path}: not a gate baseline (no 'cells' list)")
+    if any(not isinstance(c, dict) or not isinstance(c.get("minflt"), int) for c in data["cells"]):
+        raise UsageError(
+            f"{path}: baseline has no page-fault counts (made before the gate measured "
+            "faults); run `hakbench gate --refresh` and commit it"
+        )
     return data
+
+
+BASELINE_KEYS = ("profile", "workload", "args", "ir_per_op", "tool", "minflt", "minflt_runs")
 
 
 def baseline_document(spec: GateSpec, rows: list[dict], commit: str | None) -> dict:
     """What ``--refresh`` commits: the counts and everything they depend on."""
     return {
         "kind": "instruction-gate",
+        "fault_runs": FAULT_RUNS,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "scale": spec.scale,
         "toolchain": toolchain(),
-        "cells": [
-            {k: r[k] for k in ("profile", "workload", "args", "ir_per_op", "tool")} for r in rows
-        ],
+        "cells": [{k: r[k] for k in BASELINE_KEYS} for r in rows],
     }

@@ -1,5 +1,6 @@
-"""The instruction gate: its rules as pure functions, and the real thing catching one added
-instruction in libhakmem's malloc fast path (a patched copy built in a temporary tree)."""
+"""The instruction and page-fault gate: its rules as pure functions, and the real thing
+catching one added instruction in libhakmem's malloc fast path and page slots purged at once
+(patched copies built in a temporary tree)."""
 
 import json
 import re
@@ -13,15 +14,18 @@ from hakbench import gate as g
 from hakbench.errors import UsageError
 from hakbench.profiles import resolve_workload
 
-SPEC = g.GateSpec(("C7_SAFE",), ("mixed", "xthread"), 0.1, 0.5, {"xthread": 2.0})
+SPEC = g.GateSpec(
+    ("C7_SAFE",), ("mixed", "xthread"), 0.1, 0.5, {"xthread": 2.0}, 25.0, 256, {"xthread": 50.0}
+)
 
 
-def row(workload, ir, status="ok", profile="C7_SAFE", args=None):
+def row(workload, ir, status="ok", profile="C7_SAFE", args=None, minflt=1000):
     return {
         "profile": profile,
         "workload": workload,
         "status": status,
         "ir_per_op": ir,
+        "minflt": minflt if status == "ok" else None,
         "args": args or ["--iters", "10"],
         "error": None if status == "ok" else "exit 1",
     }
@@ -40,6 +44,14 @@ def test_parse_gate_defaults_from_axes_and_rejects_bad_tables():
         g.parse_gate({**data, "gate": {"tolerance_pct_by_workload": {"tiny_hot": 1}}})
     with pytest.raises(UsageError, match="needs a \\[gate\\] table"):
         g.parse_gate({"axes": data["axes"]})
+    assert spec.faults_tolerance("mixed") == g.DEFAULT_FAULTS_TOLERANCE_PCT
+    assert spec.faults_min_change == g.DEFAULT_FAULTS_MIN_CHANGE
+    with pytest.raises(UsageError, match="faults_min_change must be an integer"):
+        g.parse_gate({**data, "gate": {"faults_min_change": 1.5}})
+    with pytest.raises(UsageError, match="not gated"):
+        g.parse_gate({**data, "gate": {"faults_tolerance_pct_by_workload": {"tiny_hot": 50}}})
+    wide = g.parse_gate({**data, "gate": {"faults_tolerance_pct_by_workload": {"xthread": 50}}})
+    assert wide.faults_tolerance("xthread") == 50 and wide.faults_tolerance("mixed") == 25
 
 
 def test_committed_scorecard_matrix_has_a_gate_over_the_shipping_profiles():
@@ -78,9 +90,40 @@ def test_compare_failed_new_and_other_arguments_never_pass():
     assert moved[0].status == g.NEW and g.failing(moved) == moved
 
 
+def test_compare_faults_need_both_the_relative_and_the_absolute_change():
+    def faults(base, now, workload="mixed"):
+        b = [row(workload, 100.0, minflt=base)]
+        (r,) = g.compare(SPEC, b, [row(workload, 100.0, minflt=now)])
+        assert r.status == g.OK  # the instructions did not move
+        return r.faults_status
+
+    assert faults(1000, 1300) == g.ROSE  # +30 % and +300
+    assert faults(1000, 1250) == g.OK  # +25 %: not beyond the tolerance
+    assert faults(1000, 700) == g.DROPPED  # -30 % and -300
+    assert faults(100, 350) == g.OK  # +250 %, but only +250 faults: under the floor
+    assert faults(100, 357) == g.ROSE
+    assert faults(4000, 4960) == g.OK  # +960 faults, but only +24 %
+    assert faults(1000, 1400, "xthread") == g.OK  # xthread's 50 %
+    assert faults(1000, 1600, "xthread") == g.ROSE
+    rose = g.compare(SPEC, [row("mixed", 100.0, minflt=1000)], [row("mixed", 100.0, minflt=1300)])
+    assert g.failing(rose) == rose and rose[0].faults_change == 300
+
+
+def test_compare_without_baseline_faults_is_new():
+    base = [{**row("mixed", 100.0), "minflt": None}]
+    (r,) = g.compare(SPEC, base, [row("mixed", 100.0)])
+    assert r.status == g.NEW and r.faults_status == g.NEW
+
+
 def test_table_names_every_cell_and_its_change():
-    text = g.table(g.compare(SPEC, [row("mixed", 80.0)], [row("mixed", 81.0)]))
-    assert "| C7_SAFE | mixed | 80.00 | 81.00 | +1.25 % | ±0.5 % | ROSE |" in text
+    text = g.table(
+        g.compare(SPEC, [row("mixed", 80.0, minflt=1000)], [row("mixed", 81.0, minflt=1500)])
+    )
+    assert (
+        "| C7_SAFE | mixed | 80.00 | 81.00 | +1.25 % | ±0.5 % | ROSE | 1000 | 1500 | +500 (+50 %) "
+        "| ROSE |"
+    ) in text
+    assert "more than 25 %, xthread 50 % and by more than 256 faults" in g.faults_rule(SPEC)
 
 
 def test_toolchain_differences_are_named():
@@ -102,9 +145,50 @@ def test_missing_baseline_is_one_line_exit_2(tmp_path, repo_root):
     assert "no gate baseline" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_baseline_without_faults_asks_for_a_refresh_in_one_line_exit_2(tmp_path, repo_root):
+    old = json.loads(g.baseline_path(repo_root / "results").read_text())
+    for cell in old["cells"]:
+        cell.pop("minflt", None)
+        cell.pop("minflt_runs", None)
+    g.baseline_path(tmp_path).parent.mkdir()
+    g.baseline_path(tmp_path).write_text(json.dumps(old))
+    r = hakbench("gate", "--results", str(tmp_path), cwd=repo_root)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no page-fault counts" in r.stderr and "gate --refresh" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
 def test_unknown_workload_is_exit_2(repo_root):
     r = hakbench("gate", "-w", "nosuch", cwd=repo_root)
     assert r.returncode == 2 and "not gated" in r.stderr
+
+
+def patched_tree(tmp_path, repo_root, source: str, patch, targets: list[str]):
+    """A copy of the allocator and harness with ``patch(text) -> text`` applied to
+    ``allocator/src/<source>``, built with the project's own Makefile; its build dir."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    shutil.copy(repo_root / "Makefile", tree)
+    for d in ("allocator", "harness"):
+        shutil.copytree(repo_root / d, tree / d)
+    path = tree / "allocator" / "src" / source
+    path.write_text(patch(path.read_text()))
+    made = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-j2",
+            "-C",
+            str(tree),
+            "build/fast/libhakmem.so",
+            "build/bin/hakmem-options",
+            *targets,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    return tree / "build"
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
@@ -113,30 +197,23 @@ def test_one_added_instruction_in_malloc_fails_the_gate_and_the_tree_passes(tmp_
     project's own Makefile, fails the gate on the workloads it touches; the tree itself passes.
     The baseline is the tree's own, measured here (whether the committed one is current is
     what `make test`'s own `hakbench gate` checks)."""
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    shutil.copy(repo_root / "Makefile", tree)
-    for d in ("allocator", "harness"):
-        shutil.copytree(repo_root / d, tree / d)
-    wrappers = tree / "allocator" / "src" / "wrappers.c"
-    text = wrappers.read_text()
-    entry = re.search(r"HAK_EXPORT void \*hak_malloc\(size_t size\) \{\n", text)
-    assert entry, "malloc's definition moved: update this test's patch"
-    probe = (
-        '    { size_t gate_probe = size; __asm__ volatile("imul %0, %0" : "+r"(gate_probe)); }\n'
+
+    def patch(text):
+        entry = re.search(r"HAK_EXPORT void \*hak_malloc\(size_t size\) \{\n", text)
+        assert entry, "malloc's definition moved: update this test's patch"
+        probe = (
+            "    { size_t gate_probe = size; "
+            '__asm__ volatile("imul %0, %0" : "+r"(gate_probe)); }\n'
+        )
+        return text[: entry.end()] + probe + text[entry.end() :]
+
+    build = patched_tree(
+        tmp_path,
+        repo_root,
+        "wrappers.c",
+        patch,
+        ["build/bench/bench_random_mixed", "build/bench/bench_tiny_hot"],
     )
-    wrappers.write_text(text[: entry.end()] + probe + text[entry.end() :])
-    build = tree / "build"
-    targets = [
-        "build/fast/libhakmem.so",
-        "build/bin/hakmem-options",
-        "build/bench/bench_random_mixed",
-        "build/bench/bench_tiny_hot",
-    ]
-    made = subprocess.run(
-        ["make", "-s", "-j2", "-C", str(tree), *targets], capture_output=True, text=True
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
     narrow = ("-p", "C7_SAFE", "-w", "mixed", "-w", "tiny_hot", "--results", str(tmp_path))
     base = hakbench("gate", "--refresh", *narrow, cwd=repo_root)
     assert base.returncode == 0, base.stdout + base.stderr
@@ -150,7 +227,34 @@ def test_one_added_instruction_in_malloc_fails_the_gate_and_the_tree_passes(tmp_
     assert "gate passed: 2 cells" in clean.stdout
 
 
-def test_committed_baseline_records_its_toolchain(repo_root):
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+def test_page_slots_purged_at_once_fail_the_gate_on_faults_not_instructions(tmp_path, repo_root):
+    """The regression the instruction count missed: purging emptied page slots at once
+    (speed-first's purge delay set to 0) makes mid_large_mt1 fault its refilled pages back in
+    (C7_SAFE: ~1,080 -> ~1,940 faults at the gate's scale) with Ir/op within 0.2 %. The gate
+    must fail on the faults alone; the tree itself passes."""
+    define = re.compile(r"^#define HAK_PURGE_DELAY_NS\s+\(10u \* 1000u \* 1000u\)$", re.M)
+
+    def patch(text):
+        assert define.search(text), "HAK_PURGE_DELAY_NS moved: update this test's patch"
+        return define.sub("#define HAK_PURGE_DELAY_NS 0u", text)
+
+    build = patched_tree(tmp_path, repo_root, "os.c", patch, ["build/bench/bench_mid_large_mt"])
+    narrow = ("-p", "C7_SAFE", "-w", "mid_large_mt1", "--results", str(tmp_path))
+    base = hakbench("gate", "--refresh", *narrow, cwd=repo_root)
+    assert base.returncode == 0, base.stdout + base.stderr
+    patched = hakbench("gate", "--build", str(build), *narrow, cwd=repo_root)
+    assert patched.returncode == 1, patched.stdout + patched.stderr
+    assert re.search(r"\| C7_SAFE \| mid_large_mt1 \|.*\| ok \|.*\| ROSE \|", patched.stdout)
+    assert "page faults rose on mid_large_mt1" in patched.stderr
+    assert "instructions rose" not in patched.stderr
+    clean = hakbench("gate", *narrow, cwd=repo_root)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "gate passed: 1 cells" in clean.stdout
+
+
+def test_committed_baseline_records_its_toolchain_and_faults(repo_root):
     doc = json.loads(g.baseline_path(repo_root / "results").read_text())
     assert doc["kind"] == "instruction-gate" and doc["toolchain"]["valgrind"]
     assert all(c["ir_per_op"] > 0 for c in doc["cells"])
+    assert all(isinstance(c["minflt"], int) and c["minflt"] > 0 for c in doc["cells"])

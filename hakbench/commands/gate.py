@@ -1,7 +1,9 @@
-"""``hakbench gate``: CI's instruction-count regression gate (see hakbench.gate)."""
+"""``hakbench gate``: CI's instruction-count and page-fault regression gate (see
+hakbench.gate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -32,8 +34,9 @@ from hakbench.store import write_json
 @click.option("--profile", "-p", "profiles", multiple=True, help="only these profiles")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64))
 def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
-    """Exact instructions per op of libhakmem (fast build) under each shipping profile on
-    every seed workload, against the baseline committed in results/scorecard/gate.json.
+    """Exact instructions per op and minor page faults (median of 3 native runs) of
+    libhakmem (fast build) under each shipping profile on every seed workload, against the
+    baseline committed in results/scorecard/gate.json.
 
     Exit 1 when a cell's count rose above its tolerance (a regression) or dropped below it
     (an improvement: refresh the baseline so the committed figures stay true). Tolerances
@@ -53,14 +56,14 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
             "--workload/--profile (or write a partial baseline elsewhere with --results)"
         )
     if workloads or profiles:
-        spec = g.GateSpec(
-            tuple(p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}),
-            tuple(
+        spec = dataclasses.replace(
+            spec,
+            profiles=tuple(
+                p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}
+            ),
+            workloads=tuple(
                 w for w in spec.workloads if not workloads or w in {x.lower() for x in workloads}
             ),
-            spec.scale,
-            spec.tolerance_pct,
-            spec.tolerance_by_workload,
         )
     path = g.baseline_path(results)
     baseline = None if refresh else g.read_baseline(path)  # no baseline: exit 2 before work
@@ -69,11 +72,16 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
 
     def on_result(row):
         done.append(row)
-        mark = f"{row['ir_per_op']:.2f} Ir/op" if row["status"] == "ok" else row["status"]
+        mark = row["status"]
+        if row["status"] == "ok":
+            mark = f"{row['ir_per_op']:.2f} Ir/op, {row['minflt']} faults"
         click.echo(f"  [{len(done)}/{len(cells)}] {row['profile']} {row['workload']}: {mark}")
 
     started = time.monotonic()
-    click.echo(f"gate: {len(cells)} cells, exact counts ({jobs} at a time)")
+    click.echo(
+        f"gate: {len(cells)} cells, page faults ({g.FAULT_RUNS} native runs each, one at a "
+        f"time), then exact counts ({jobs} at a time)"
+    )
     try:
         rows = g.measure(cells, jobs=jobs, on_result=on_result)
     except KeyboardInterrupt:
@@ -98,6 +106,7 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         for d in differences:
             click.echo(f"  {d}")
     click.echo(g.table(judged))
+    click.echo(g.faults_rule(spec))
     failed = [r for r in judged if r.status == g.FAILED]
     if failed:
         raise MeasurementError(
@@ -108,14 +117,22 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
     if bad:
         rose = sorted({r.workload for r in bad if r.status == g.ROSE})
         dropped = sorted({r.workload for r in bad if r.status == g.DROPPED})
+        faults_rose = sorted({r.workload for r in bad if r.faults_status == g.ROSE})
+        faults_dropped = sorted({r.workload for r in bad if r.faults_status == g.DROPPED})
         new = sorted({r.workload for r in bad if r.status == g.NEW})
         parts = []
         if rose:
             parts.append(f"instructions rose on {', '.join(rose)}")
+        if faults_rose:
+            parts.append(f"page faults rose on {', '.join(faults_rose)}")
         if dropped:
+            parts.append(f"instructions dropped on {', '.join(dropped)}")
+        if faults_dropped:
+            parts.append(f"page faults dropped on {', '.join(faults_dropped)}")
+        if dropped or faults_dropped:
             parts.append(
-                f"dropped on {', '.join(dropped)} (an improvement: run `hakbench gate "
-                "--refresh` and commit results/scorecard/gate.json)"
+                "a drop is an improvement: run `hakbench gate --refresh` and commit "
+                "results/scorecard/gate.json"
             )
         if new:
             parts.append(f"no comparable baseline for {', '.join(new)} (refresh it)")
