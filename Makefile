@@ -6,7 +6,8 @@
 #                not (mixed); 12 pairs each: 28-40 s on the loaded 2-core VM
 #   make test    setup + build + C tests + pytest + lint + scorecard check (committed
 #                results/ must regenerate identically from results/scorecard/) + the
-#                instruction gate (exact Ir/op of libhakmem vs results/scorecard/gate.json)
+#                instruction and page-fault gate (exact Ir/op and minor faults of
+#                libhakmem vs results/scorecard/gate.json)
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
