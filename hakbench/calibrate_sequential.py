@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 
 from hakbench import calibrate as cal
 from hakbench import sequential as seq
+from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S
 from hakbench.errors import UsageError
 from hakbench.schedule import complete_pairs
 from hakbench.stats import GO, NEUTRAL, NO_GO
 
 DEFAULT_CONDITIONS = ("0@1", "0.5@1", "0.25@0.5")
-DEFAULT_MAX_TIME_S = 60.0
-DEFAULT_MAX_PAIRS = 2000
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 

@@ -264,6 +264,7 @@ def test_crash_is_listed_and_makes_the_verdict_failed(lab):
 
 
 def test_ctrl_c_writes_the_report_and_exits_130(lab):
+    """Sequential (the default): Ctrl-C keeps every finished sample and exits 130."""
     out = lab / "int"
     r = CliRunner().invoke(
         main,
@@ -273,8 +274,6 @@ def test_ctrl_c_writes_the_report_and_exits_130(lab):
             "system",
             "-w",
             "interrupting",
-            "--runs",
-            "10",
             "--warmup",
             "0",
             "--perf",

@@ -4,6 +4,7 @@ pairs), the per-condition summary, and one short real run."""
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -106,20 +107,25 @@ def test_sequential_calibration_real_run(tmp_path, bench_dir):
         main,
         [
             "calibrate", "--sequential", "-a", "system", "-w", "mixed_short",
-            "--condition", "0@1", "--condition", "2@1", "--trials", "1", "--max-time", "2",
+            "--condition", "0@1", "--condition", "8@1", "--trials", "1", "--max-time", "2",
             "--warmup", "1", "--out", str(out),
         ],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "sequential.json").read_text())
     rows = {c["condition"]: c for c in doc["conditions"]}
-    assert set(rows) == {"0@1", "2@1"}
+    assert set(rows) == {"0@1", "8@1"}
     for c in rows.values():
         assert c["trials"] == 1 and sum(c["verdicts"].values()) == 1
         assert 0 < c["seconds_median"] < 10 and c["pairs_median"] >= 1
-    assert rows["2@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=2 injects real work
+    assert rows["8@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=8 injects real work
     lines = (out / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 2
+    for t in map(json.loads, lines):  # each trial is a whole default ab, kept
+        assert (Path(t["out"]) / "report.md").exists() and "Sequential:" in Path(
+            t["out"], "report.md"
+        ).read_text()
+        assert t["call_seconds"] >= t["seconds"] > 0
     assert "Load: other processes used" in (out / "report.md").read_text()
     bad = CliRunner().invoke(main, ["calibrate", "--sequential", "--condition", "1"])
     assert bad.exit_code == 2 and "K@THRESHOLD" in bad.output

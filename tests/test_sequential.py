@@ -27,18 +27,18 @@ def shape() -> np.ndarray:
 
 
 def simulate(effect: float, runs: int = RUNS, seed: int = 7, batch: int = 10) -> list:
-    """(verdict, pairs) of ``runs`` sequential A/Bs of a slowdown ``effect`` (log units)."""
+    """(verdict, pairs) of ``runs`` sequential A/Bs of a slowdown ``effect`` (log units),
+    each driven by ``ab``'s own stopping rule (``Stopper``), a look every ``batch`` pairs."""
     rng = np.random.default_rng(seed)
     noise = shape()
     out = []
     for _ in range(runs):
-        seq, x, verdict = sq.Sequence_(), [], sq.INCONCLUSIVE
-        while len(x) < BUDGET:
-            x.extend(effect + SIGMA * rng.choice(noise, batch))
-            verdict = sq.verdict(seq.look(x), DELTA, higher_is_better=False)
-            if verdict in sq.DECISIVE:
-                break
-        out.append((verdict, len(x)))
+        rule = sq.Stopper({"w": False}, 1.0, max_time_s=math.inf, max_pairs=BUDGET)
+        while rule.running():
+            for x in effect + SIGMA * rng.choice(noise, batch):
+                rule.add("w", float(x))
+            rule.end_round()
+        out.append((rule.stops["w"].verdict, len(rule.stops["w"].logs)))
     return out
 
 

@@ -137,8 +137,8 @@ def calibrate_cmd(
     per count the pair spread and wall seconds per pair, and the count with the shortest
     expected time to a sequential verdict, recorded for this machine (run_length.json).
 
-    With --sequential: trials of hakbench.sequential's rule on real pairs, a look after
-    every pair, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
+    With --sequential: each trial is a default (sequential) ab with side B running
+    --extra-work K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
     if sequential:
