@@ -116,6 +116,7 @@ class ABSpec:
     # calibration only (`calibrate --sequential`): side B passes the harness's --extra-work K,
     # side A --extra-work 0, a known injected slowdown
     extra_work: float | None = None
+    baseline_extra_work: float = 0.0  # side A's K when extra_work is set
 
     @property
     def sequential(self) -> bool:
@@ -148,7 +149,10 @@ class ABSpec:
         )
         text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
         if self.extra_work is not None:
-            text += f" --extra-work {self.extra_work:g} (a known injected cost)"
+            text += (
+                f" --extra-work {self.extra_work:g} against A's {self.baseline_extra_work:g}"
+                " (a known injected cost)"
+            )
         return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
 
 
@@ -555,7 +559,7 @@ def _args(spec: ABSpec, cell: Cell, slot) -> list | None:
         return None
     from hakbench.calibrate import extra_work_arg
 
-    k = spec.extra_work if slot.side == "B" else 0.0
+    k = spec.extra_work if slot.side == "B" else spec.baseline_extra_work
     return [*cell.workload.args, *extra_work_arg(k)]
 
 

@@ -42,15 +42,20 @@ DEFAULT_CONDITIONS = ("0@1", "0.5@1", "0.25@0.5")
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 
-def parse_condition(text: str) -> tuple[float, float]:
-    """``K@T`` -> (K, threshold %); K >= 0, T > 0."""
+def parse_condition(text: str) -> tuple[float, float, float]:
+    """``K@T`` -> (K, threshold %, 0): side B runs K, side A 0. ``KA:K@T`` -> (K, T, KA):
+    side A runs KA, so B - A is the cost of K - KA units on top of the same loop (a smaller
+    effect than any K alone gives where small K cost more than their share). K, KA >= 0,
+    T > 0."""
     try:
-        k, t = (float(x) for x in text.split("@"))
+        ks, t = text.split("@")
+        ka, k = (float(x) for x in ks.split(":")) if ":" in ks else (0.0, float(ks))
+        t = float(t)
     except ValueError:
         raise UsageError(f"condition {text!r}: expected K@THRESHOLD, e.g. 0.5@1") from None
-    if k < 0 or t <= 0:
+    if k < 0 or ka < 0 or t <= 0:
         raise UsageError(f"condition {text!r}: K must be >= 0 and the threshold > 0")
-    return k, t
+    return k, t, ka
 
 
 @dataclass
@@ -67,6 +72,7 @@ class SeqTrial:
     high: float
     failed: int = 0
     log_ratios: list = field(default_factory=list)
+    baseline_extra_work: float = 0.0  # K of side A
     call_seconds: float | None = None  # the whole ab call: + engagement and perf runs, report
     iterations: str = ""  # the run length the ab used, and why
     out: str = ""
@@ -116,7 +122,7 @@ def plan(conditions: Sequence[str], trials: int, seed: int) -> list[tuple[str, i
 
 
 def run(
-    make_spec: Callable[[float, float, int], object],
+    make_spec: Callable[[float, float, int, float], object],
     conditions: Sequence[str] = DEFAULT_CONDITIONS,
     *,
     trials: int,
@@ -125,7 +131,7 @@ def run(
     on_trial: Callable[[SeqTrial, int, int], None] | None = None,
 ) -> list[SeqTrial]:
     """Every trial of every condition, each a default ``ab`` built by ``make_spec(K,
-    threshold, seed)`` into ``out``/trials/; Ctrl-C ends it after the finished trials."""
+    threshold, seed, KA)`` into ``out``/trials/; Ctrl-C ends it after the finished trials."""
     from hakbench.ab import run_ab
 
     parsed = {c: parse_condition(c) for c in conditions}
@@ -133,10 +139,10 @@ def run(
     done: list[SeqTrial] = []
     try:
         for n, (c, i) in enumerate(order, 1):
-            k, threshold = parsed[c]
+            k, threshold, ka = parsed[c]
             t0 = time.monotonic()
             result = run_ab(
-                make_spec(k, threshold, seed * 100003 + n),
+                make_spec(k, threshold, seed * 100003 + n, ka),
                 out / "trials" / f"{n:03d}-{c.replace('@', 'at')}",
                 show_progress=False,
             )
@@ -155,7 +161,7 @@ def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTria
     """A finished ``ab`` as a trial: its verdict, pairs, seconds and log ratios."""
     from hakbench.store import read_jsonl
 
-    k, threshold = parse_condition(condition)
+    k, threshold, ka = parse_condition(condition)
     (c,) = result.primary()
     w = c.workload
     pairs = complete_pairs(read_jsonl(result.out / "samples.jsonl"), w)
@@ -173,6 +179,7 @@ def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTria
         math.log(c.ci_high),
         sum(s.get("phase") == "measure" for s in result.failed),
         logs,
+        ka,
         round(call_seconds, 3),
         result.iterations.get(w, ""),
         str(result.out),
@@ -197,8 +204,9 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
         counts = Counter(t.verdict for t in ts)
         logs = [x for t in ts for x in t.log_ratios]
         k = ts[0].extra_work
+        aa = k == ts[0].baseline_extra_work
         # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
-        hits = counts[GO] + counts[NO_GO] if k == 0 else counts[NO_GO]
+        hits = counts[GO] + counts[NO_GO] if aa else counts[NO_GO]
         secs = [t.seconds for t in ts]
         rows.append(
             {
@@ -210,7 +218,7 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
                 if logs
                 else None,
                 "verdicts": {v: counts[v] for v in VERDICTS},
-                "rate_name": "false GO/NO-GO" if k == 0 else "NO-GO",
+                "rate_name": "false GO/NO-GO" if aa else "NO-GO",
                 "rate": hits / n,
                 "rate_ci95": [round(x, 3) for x in cal.wilson_ci(hits, n)],
                 "seconds_median": _quantile(secs, 0.5),

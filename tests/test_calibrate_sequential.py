@@ -74,15 +74,17 @@ def test_failed_pairs_are_counted_and_left_out():
 
 
 def trial(condition, verdict, seconds, n=10, logs=(-0.017,)):
-    k, t = cs.parse_condition(condition)
-    return cs.SeqTrial(condition, k, t, 0, verdict, n, seconds, 0.0, 0.0, 0.0, 0, list(logs))
+    k, t, ka = cs.parse_condition(condition)
+    return cs.SeqTrial(condition, k, t, 0, verdict, n, seconds, 0.0, 0.0, 0.0, 0, list(logs), ka)
 
 
 def test_summary_rates_and_times():
     ts = [trial("0@1", "NEUTRAL", s, logs=(0.0,)) for s in (1, 2, 3, 4)]
     ts += [trial("0@1", "NO-GO", 5, logs=(0.0,))]
     ts += [trial("0.5@1", "NO-GO", s) for s in range(1, 11)]
+    ts += [trial("0.25:0.25@1", "NEUTRAL", 3, logs=(0.0,))]  # KA = K: an A/A too
     rows = {r["condition"]: r for r in cs.summarize(ts)}
+    assert rows["0.25:0.25@1"]["rate_name"] == "false GO/NO-GO"
     aa, k = rows["0@1"], rows["0.5@1"]
     assert aa["rate_name"] == "false GO/NO-GO" and aa["rate"] == pytest.approx(0.2)
     assert aa["verdicts"] == {"GO": 0, "NO-GO": 1, "NEUTRAL": 4, "INCONCLUSIVE": 0}
@@ -93,8 +95,9 @@ def test_summary_rates_and_times():
 
 
 def test_conditions_are_checked():
-    assert cs.parse_condition("0.25@0.5") == (0.25, 0.5)
-    for bad in ("0.5", "x@1", "-1@1", "0.5@0"):
+    assert cs.parse_condition("0.25@0.5") == (0.25, 0.5, 0.0)
+    assert cs.parse_condition("0.25:0.5@0.5") == (0.5, 0.5, 0.25)
+    for bad in ("0.5", "x@1", "-1@1", "0.5@0", "1:2:3@1", "-1:1@1"):
         with pytest.raises(UsageError):
             cs.parse_condition(bad)
 

@@ -97,7 +97,8 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     "conditions",
     multiple=True,
     metavar="K@THRESHOLD",
-    help="with --sequential: --extra-work K of side B judged at THRESHOLD % (repeatable) "
+    help="with --sequential: --extra-work K of side B (KA:K@THRESHOLD: side A runs KA) "
+    "judged at THRESHOLD % (repeatable) "
     f"[default: {', '.join(calseq.DEFAULT_CONDITIONS)}]",
 )
 @click.option(
@@ -253,8 +254,8 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress(trials * len(conditions), f"calibrate --sequential {cell.workload.name}")
 
-    def make_spec(k, threshold, trial_seed):
-        """A default ``ab`` of the cell, side B with --extra-work K."""
+    def make_spec(k, threshold, trial_seed, ka):
+        """A default ``ab`` of the cell, side B with --extra-work K, side A KA."""
         return ABSpec(
             profile=profile,
             allocator=allocator,
@@ -264,6 +265,7 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
             warmup_pairs=DEFAULT_WARMUP_PAIRS if warmup is None else warmup,
             seed=trial_seed,
             extra_work=k,
+            baseline_extra_work=ka,
         )
 
     def on_trial(t, done, total):
