@@ -134,3 +134,20 @@ def test_stopper_budget_ends_inconclusive_with_pairs_and_seconds_needed():
         rule.add("w", 0.3 * rng.standard_normal())
         rule.end_round()
     assert rule.stops["w"].failed == 1 and rule.stops["w"].reason == "budget"
+
+
+def test_a_drifting_effect_is_judged_on_the_current_interval_and_flagged():
+    """Each look's verdict uses that look's interval, not the intersection of all looks,
+    which would keep an early narrow interval that later data contradict; when the looks'
+    intervals no longer overlap, the data drifted and nothing is decided."""
+    rng = np.random.default_rng(11)
+    state = sq.Sequence_()
+    x = list(0.001 * rng.standard_normal(400))  # no change, very quiet
+    early = state.look(x)
+    assert sq.verdict(early, math.log(1.005), higher_is_better=True) == NEUTRAL
+    x += list(-0.03 + 0.001 * rng.standard_normal(4000))  # then a 3 % slowdown
+    late = state.look(x)
+    assert late.high < early.low  # this look's interval, away from the early one
+    assert late.drift and sq.verdict(late, math.log(1.005), higher_is_better=True) == (
+        sq.INCONCLUSIVE
+    )
