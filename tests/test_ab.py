@@ -301,6 +301,8 @@ def test_bad_input_exits_2(lab):
     assert r.exit_code == 2 and "already holds samples" in r.output
     r = CliRunner().invoke(main, ["ab", "--set", "oops"])
     assert r.exit_code == 2 and "KEY=VALUE" in r.output
+    r = CliRunner().invoke(main, ["ab", "-w", "hot", "--runs", "5", "--max-time", "9"])
+    assert r.exit_code == 2 and "--runs N is a fixed count" in r.output
 
 
 def test_library_rebuilt_during_the_run_is_flagged(lab):

@@ -8,7 +8,13 @@ from pathlib import Path
 import click
 
 from hakbench import ab as engine
-from hakbench.errors import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, MeasurementError
+from hakbench.errors import (
+    EXIT_GATE,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    MeasurementError,
+    UsageError,
+)
 from hakbench.profiles import parse_sets
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
 from hakbench.stats import FAILED, INCONCLUSIVE, NO_GO
@@ -49,11 +55,9 @@ def _print_table(header, rows) -> None:
 )
 @click.option(
     "--max-time",
-    default=engine.DEFAULT_MAX_TIME_S,
-    show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     help="sequential: seconds for the call's pairs (warm-ups included); workloads still "
-    "undecided then end INCONCLUSIVE",
+    f"undecided then end INCONCLUSIVE [default: {engine.DEFAULT_MAX_TIME_S:g}]",
 )
 @click.option(
     "--iters",
@@ -134,6 +138,8 @@ def ab_cmd(
 ):
     """Is B better than A? Interleaved randomised pairs, sampled until decided (or --runs N),
     Holm across workloads: GO / NO-GO / NEUTRAL (equivalent) / INCONCLUSIVE."""
+    if runs is not None and max_time is not None:
+        raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
     metric = "task_clock_ms" if metric == "task-clock" else metric
     if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
         perf_mode = "each" if metric == "task_clock_ms" else engine.DEFAULT_PERF_MODE
@@ -147,7 +153,7 @@ def ab_cmd(
         baseline_variant=baseline_variant,
         workloads=tuple(workloads) or engine.DEFAULT_WORKLOADS,
         pairs=runs,
-        max_time_s=max_time,
+        max_time_s=engine.DEFAULT_MAX_TIME_S if max_time is None else max_time,
         iters=iters,
         warmup_pairs=warmup,
         threshold_pct=threshold,
