@@ -384,6 +384,7 @@ def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(la
     assert float(row["seconds_needed"]) > 0 and float(row["seconds"]) < 3
     report = (out / "report.md").read_text()
     assert "would likely decide" in report and "Sequential:" in report
+    assert "Noise check against" not in report  # a fixed-count calibration: not this design
     assert "sequential: pairs until each workload is decided, budget 2 s" in report
 
 

@@ -186,7 +186,7 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         ]
     if result.noise_warning:
         lines += [f"**Noise floor**: {result.noise_warning}.", ""]
-    if spec.metric == "throughput":
+    if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
         lines += [calibration_line(), ""]
     if result.interrupted:
         lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
