@@ -17,12 +17,16 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
 import statistics
+import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hakbench import sequential as seq
 from hakbench import stats as st
 from hakbench.cell import Cell, make_cell
 from hakbench.collect.allocstats import counter
@@ -33,7 +37,7 @@ from hakbench.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.profiles import expand_workloads, load_options, resolve_workload
 from hakbench.progress import Progress
 from hakbench.runner import instruction_sample, perf_usable, run_sample
-from hakbench.schedule import ab_schedule, complete_pairs
+from hakbench.schedule import ab_schedule, complete_pairs, iter_ab_schedule
 from hakbench.store import RunStore, write_json, write_pyperf
 
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
@@ -42,7 +46,12 @@ from hakbench.store import RunStore, write_json, write_pyperf
 # trials on a quiet VM (docs/measuring.md); 100 still fit in ~30 s
 # under load, where the CI is 2-4 times wider.
 DEFAULT_WORKLOADS = ("mixed",)
-DEFAULT_PAIRS = 100
+DEFAULT_PAIRS = 100  # the fixed count of `--runs` when given alone, and calibrate's
+# By default ab samples sequentially (hakbench.sequential): pairs in rounds until each
+# workload's verdict is decisive, or until this budget (seconds per call, warm-ups
+# included) or the pair cap runs out: INCONCLUSIVE, with the pairs that would likely decide.
+DEFAULT_MAX_TIME_S = 60.0
+DEFAULT_MAX_PAIRS = 20000
 DEFAULT_WARMUP_PAIRS = 3
 DEFAULT_PROFILE = "C7_SAFE"
 # Metrics a timed A/B can be judged on. task-clock (the harness's CPU time) is the choice on
@@ -72,6 +81,10 @@ SUMMARY_FIELDS = (
     "p_holm",
     "n_pairs",
     "verdict",
+    "seconds",
+    "stop",
+    "pairs_needed",
+    "seconds_needed",
 )
 
 
@@ -85,7 +98,10 @@ class ABSpec:
     variant: str = "fast"
     baseline_variant: str | None = None  # A's hakmem build variant [default: variant]
     workloads: tuple = DEFAULT_WORKLOADS
-    pairs: int = DEFAULT_PAIRS
+    pairs: int | None = None  # a fixed count; None: sequential, to a decision or the budget
+    max_time_s: float = DEFAULT_MAX_TIME_S  # sequential only
+    max_pairs: int = DEFAULT_MAX_PAIRS  # sequential only
+    iters: int | None = None  # iterations of every harness workload [default: run length]
     warmup_pairs: int = DEFAULT_WARMUP_PAIRS
     threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
     seed: int = 1
@@ -97,6 +113,14 @@ class ABSpec:
     perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
     observe: bool = True
     name: str | None = None
+    # calibration only (`calibrate --sequential`): side B passes the harness's --extra-work K,
+    # side A --extra-work 0, a known injected slowdown
+    extra_work: float | None = None
+    baseline_extra_work: float = 0.0  # side A's K when extra_work is set
+
+    @property
+    def sequential(self) -> bool:
+        return self.pairs is None and self.metric in TIMED_METRICS
 
     @property
     def is_aa(self) -> bool:
@@ -107,6 +131,7 @@ class ABSpec:
             and self.baseline_allocator in (None, self.allocator)
             and self.baseline_variant in (None, self.variant)
             and self.rev == self.baseline_rev
+            and not self.extra_work
         )
 
     def describe(self) -> str:
@@ -123,6 +148,11 @@ class ABSpec:
             {},
         )
         text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
+        if self.extra_work is not None:
+            text += (
+                f" --extra-work {self.extra_work:g} against A's {self.baseline_extra_work:g}"
+                " (a known injected cost)"
+            )
         return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
 
 
@@ -144,6 +174,8 @@ class ABResult:
     noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
     failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
     load: dict | None = None  # hakbench.load: how busy the machine was while this measured
+    iterations: dict = field(default_factory=dict)  # workload -> "N iterations: why"
+    pairs_seconds: float = 0.0  # wall time from the first pair (warm-ups included) to the last
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command
@@ -157,10 +189,36 @@ class ABResult:
         return {c.workload: c.verdict for c in self.primary()}
 
 
+def run_length(spec: ABSpec, name: str):
+    """(workload, what its iteration count is and why): ``--iters`` when given; for a timed
+    metric, this machine's run-length choice (hakbench.runlength) when it has one; else the
+    workload's own count. Command workloads and workloads without an iters_flag keep theirs."""
+    from hakbench import runlength
+
+    w = resolve_workload(name)
+    if w.command is not None or not w.iters_flag or w.iters_flag not in w.args:
+        return w, "fixed length"
+    own = runlength.iterations(w)
+    if spec.iters is not None:
+        return runlength.with_iterations(w, spec.iters), f"{spec.iters} iterations (--iters)"
+    chosen = runlength.chosen_iterations(w) if spec.metric in TIMED_METRICS else None
+    if chosen is not None:
+        n, whose = chosen
+        return runlength.with_iterations(w, n), f"{n} iterations, from {whose}"
+    why = "no run-length calibration" if spec.metric in TIMED_METRICS else "counted exactly"
+    return w, f"{own} iterations (the workload's own; {why})"
+
+
 def build_cells(spec: ABSpec, builds: dict) -> dict:
     """workload -> (A, B); names, profiles and HAKMEM_* keys are validated here."""
+    return {w: ab for w, (ab, _) in build_cells_why(spec, builds).items()}
+
+
+def build_cells_why(spec: ABSpec, builds: dict) -> dict:
+    """workload -> ((A, B), what its iteration count is and why)."""
     cells = {}
-    for w in expand_workloads(spec.workloads):
+    for name in expand_workloads(spec.workloads):
+        w, why = run_length(spec, name)
         b = make_cell(
             spec.allocator,
             w,
@@ -180,7 +238,7 @@ def build_cells(spec: ABSpec, builds: dict) -> dict:
             alloc = c.resolved_allocator()
             if not alloc.available:
                 raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
-        cells[b.workload.name] = (a, b)
+        cells[b.workload.name] = ((a, b), why)
     return cells
 
 
@@ -262,6 +320,11 @@ def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
 
 def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
     """Validate everything a spec names (UsageError on the first problem); its cells."""
+    return {w: ab for w, (ab, _) in check_spec_why(spec, builds).items()}
+
+
+def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
+    """``check_spec`` with each workload's iteration count and why (``build_cells_why``)."""
     known = (*TIMED_METRICS, "instructions")
     if spec.metric not in known:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
@@ -278,13 +341,18 @@ def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
                     f"--metric {spec.metric} measures harness programs; command workload {w} "
                     f"is judged on its own {resolve_workload(w).primary_metric} (drop --metric)"
                 )
-    return build_cells(spec, builds or {})
+    if spec.extra_work is not None and any(
+        resolve_workload(w).command is not None for w in expand_workloads(spec.workloads)
+    ):
+        raise UsageError("--extra-work is a harness option: harness workloads only")
+    return build_cells_why(spec, builds or {})
 
 
 def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None) -> ABResult:
     """Run the whole A/B and write every output file into ``out``."""
     builds, shas = _resolve_builds(spec)
-    cells = check_spec(spec, builds)
+    with_why = check_spec_why(spec, builds)
+    cells = {w: ab for w, (ab, _) in with_why.items()}
     store = RunStore(out, fresh=True)
     meta = collect_meta(
         command,
@@ -308,13 +376,16 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         },
         rev_shas=shas,
     )
+    meta["iterations"] = {w: why for w, (_, why) in with_why.items()}
     store.write_meta(meta)
     noise_warning = noise_warning_for(spec)
     interrupted = False
+    pairs_seconds = 0.0
     observed: dict = {}
     slots, perf_slots, perf_note = [], [], ""
     if spec.metric in TIMED_METRICS:
-        slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
+        if not spec.sequential:
+            slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
         harness = [w for w, (a, _) in cells.items() if a.workload.command is None]
         if spec.perf == "observe" and spec.perf_runs > 0 and harness:
             if perf_usable():  # command workloads never run under perf (hakbench.command_run)
@@ -334,7 +405,21 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     )
     n_total = n_obs + len(slots) + len(perf_slots)
     n_total += 2 * len(cells) if spec.metric == "instructions" else 0
+    if spec.sequential:  # the count is not known: estimate DEFAULT_PAIRS a workload
+        n_total += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
     progress = Progress(n_total, "ab") if show_progress else None
+    own = primaries(cells)
+    stopper = (
+        seq.Stopper(
+            {w: METRICS[own.get(w, spec.metric)].higher_is_better for w in cells},
+            spec.threshold_pct,
+            max_time_s=spec.max_time_s,
+            max_pairs=spec.max_pairs,
+        )
+        if spec.sequential
+        else None
+    )
+    pair_seconds: dict = defaultdict(float)  # workload -> wall seconds of its measured pairs
 
     def record(sample, **extra):
         sample.update(extra)
@@ -355,14 +440,36 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
             for a, b in cells.values():
                 for side, cell in (("A", a), ("B", b)):
                     record(instruction_sample(cell), side=side, pair=0, round=0)
-        for slot in (*slots, *perf_slots):
+
+        def run_slot(slot) -> dict:
             a, b = cells[slot.workload]
             cell = a if slot.side == "A" else b
             perf = slot.phase == "perf" or spec.perf == "each"
-            s = run_sample(cell, phase=slot.phase, perf=perf, timeout=spec.timeout)
-            record(s, side=slot.side, pair=slot.pair, round=slot.round)
+            t0 = time.monotonic()
+            s = run_sample(
+                cell,
+                phase=slot.phase,
+                perf=perf,
+                timeout=spec.timeout,
+                args=_args(spec, cell, slot),
+            )
+            if slot.phase == "measure":
+                pair_seconds[slot.workload] += time.monotonic() - t0
+            return record(s, side=slot.side, pair=slot.pair, round=slot.round)
+
+        t_pairs = time.monotonic()
+        if stopper is not None:
+            stopper.t0 = t_pairs  # the budget counts from the first pair
+            _sequential_pairs(spec, cells, run_slot, stopper, own)
+        for slot in slots:
+            run_slot(slot)
+        pairs_seconds = time.monotonic() - t_pairs
+        for slot in perf_slots:
+            run_slot(slot)
     except KeyboardInterrupt:
         interrupted = True
+        for w in stopper.running() if stopper is not None else ():
+            stopper.stop(w, "interrupted")
     finally:
         meta["load"] = monitor.stop()
         if progress:
@@ -381,7 +488,15 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         }
         for w, (a, b) in cells.items()
     }
-    comparisons, roles = analyse(samples, list(cells), spec, primaries(cells))
+    comparisons, roles = analyse(samples, list(cells), spec, own)
+    for c in comparisons:
+        role = roles.get((c.workload, c.metric), roles.get(c.metric))
+        if role == "primary" and c.source == "pairs":
+            c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
+            if stopper is not None:
+                apply_stop(c, stopper)
+            elif c.verdict == st.INCONCLUSIVE:
+                fixed_n_pairs_needed(c, spec.threshold_pct)
     failures = failures_by_workload(samples, list(cells), spec)
     for c in comparisons:
         role = roles.get((c.workload, c.metric), roles.get(c.metric))
@@ -403,6 +518,8 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         perf_note=perf_note,
         noise_warning=noise_warning,
         load=meta["load"],
+        iterations=meta["iterations"],
+        pairs_seconds=pairs_seconds,
         interrupted=interrupted,
         shas=shas,
         changed_libraries=sorted(
@@ -419,6 +536,7 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
     meta["finished"] = not interrupted
     meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
     meta["n_samples"] = len(samples)
+    meta["pairs_seconds"] = round(pairs_seconds, 3)
     meta["verdicts"] = result.verdicts()
     store.write_meta(meta)
     return result
@@ -435,11 +553,93 @@ def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec
     return out
 
 
+def _args(spec: ABSpec, cell: Cell, slot) -> list | None:
+    """The harness arguments of a slot: the cell's own, or with calibration's --extra-work."""
+    if spec.extra_work is None:
+        return None
+    from hakbench.calibrate import extra_work_arg
+
+    k = spec.extra_work if slot.side == "B" else spec.baseline_extra_work
+    return [*cell.workload.args, *extra_work_arg(k)]
+
+
+def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -> None:
+    """Rounds of interleaved pairs (hakbench.schedule, endless) until ``stopper`` has stopped
+    every workload; after each measured round it looks at each running workload. The slots
+    of a stopped workload are skipped. A side failing where the other did not (or otherwise)
+    stops its workload FAILED at once: survivors never decide."""
+    measured: dict = {w: {"A": [], "B": []} for w in cells}
+    rounds = iter_ab_schedule(list(cells), None, spec.warmup_pairs, spec.seed)
+    for rnd, slots in itertools.groupby(rounds, key=lambda slot: slot.round):
+        running = set(stopper.running())
+        got: dict = defaultdict(dict)
+        for slot in slots:
+            if slot.workload in running:
+                got[slot.workload][slot.side] = run_slot(slot)
+        if rnd < spec.warmup_pairs:
+            continue
+        for w, sides in got.items():
+            m = own.get(w, spec.metric)
+            a, b = sides["A"], sides["B"]
+            measured[w]["A"].append(a)
+            measured[w]["B"].append(b)
+            ok = a["status"] == "ok" and b["status"] == "ok"
+            r = st.paired_ratios([a["metrics"].get(m, 0)], [b["metrics"].get(m, 0)]) if ok else []
+            stopper.add(w, math.log(r[0]) if len(r) else None)
+            if not ok and st.failures(measured[w]["A"], measured[w]["B"]).verdict:
+                stopper.stop(w, "failed", st.FAILED)
+        if not stopper.end_round():
+            return
+
+
+STOP_WHY = {
+    "decided": "decided",
+    "budget": "the budget ran out",
+    "failed": "a side failed",
+    "interrupted": "interrupted",
+}
+
+
+def apply_stop(c: st.Comparison, stopper) -> None:
+    """The primary comparison of a sequential A/B as its stopping rule left it: the median
+    and the confidence sequence (as ratios), the anytime p and its Holm adjustment, the
+    verdict, why it stopped, and for INCONCLUSIVE the pairs (and seconds) that would decide."""
+    s = stopper.stops[c.workload]
+    look = s.state.last
+    c.stop = s.reason or ""
+    if look is None:
+        return
+    c.ratio, c.ci_low, c.ci_high = (math.exp(x) for x in (look.estimate, look.low, look.high))
+    c.p_value, c.p_holm, c.n_pairs = look.p_anytime, s.p_holm, look.n
+    c.verdict = s.verdict
+    if s.verdict == st.INCONCLUSIVE:
+        c.pairs_needed = s.pairs_needed
+        c.seconds_needed = _more_seconds(c)
+
+
+def fixed_n_pairs_needed(c: st.Comparison, threshold_pct: float) -> None:
+    """For an INCONCLUSIVE fixed-count comparison: the pairs at which its CI, narrowing as
+    1/sqrt(n), would likely decide (and the seconds that takes at this A/B's pace)."""
+    if c.n_pairs < 2 or not all(x > 0 for x in (c.ratio, c.ci_low, c.ci_high)):
+        return
+    look = seq.Look(c.n_pairs, math.log(c.ratio), math.log(c.ci_low), math.log(c.ci_high), 1.0)
+    c.pairs_needed = seq.pairs_to_decide(
+        look, math.log1p(threshold_pct / 100), near=0.0, rate=lambda n: 1 / math.sqrt(n)
+    )
+    c.seconds_needed = _more_seconds(c)
+
+
+def _more_seconds(c: st.Comparison) -> float | None:
+    if c.pairs_needed is None or not c.n_pairs or not c.seconds:
+        return None
+    return round(max(0, c.pairs_needed - c.n_pairs) * c.seconds / c.n_pairs, 1)
+
+
 def noise_warning_for(spec: ABSpec) -> str | None:
     """The latest calibration's warning when the threshold is below what the pairs can see.
     Calibration measures the noise of throughput pairs, so other metrics get no warning."""
-    if spec.metric != "throughput":
-        return None
+    if spec.metric != "throughput" or spec.sequential:
+        return None  # a sequential A/B says INCONCLUSIVE itself when the noise is too high
     from hakbench.calibrate import noise_warning
 
     return noise_warning(spec.threshold_pct, spec.pairs)
@@ -582,6 +782,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "p_holm": c.p_holm,
                     "n_pairs": c.n_pairs,
                     "verdict": c.verdict,
+                    "seconds": c.seconds,
+                    "stop": c.stop,
+                    "pairs_needed": c.pairs_needed,
+                    "seconds_needed": c.seconds_needed,
                 }
             )
     write_json(out / "engagement.json", result.engagement)

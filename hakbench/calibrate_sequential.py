@@ -15,8 +15,11 @@ The effect of a K depends on the machine, so each condition's effect is measured
 its pairs (their paired median) and reported beside its verdicts. Per condition: the
 verdict counts, the median and 90th percentile of the seconds and pairs to the stop.
 
-``sequential_trial`` is the loop itself, pure of processes: it takes a pair source and a
-clock, so tests drive it with simulated pairs; ``pair_source`` runs the real processes.
+Each real trial is one default ``hakbench ab`` (``hakbench.ab.run_ab``: the same warm-ups,
+run length, engagement and perf runs, the same ``sequential.Stopper`` after every round),
+with side B passing ``--extra-work K``; its results directory is kept under ``trials/``.
+``sequential_trial`` drives the same Stopper with a pair source and a clock, pure of
+processes, so tests feed it simulated pairs.
 """
 
 from __future__ import annotations
@@ -30,26 +33,29 @@ from dataclasses import dataclass, field
 
 from hakbench import calibrate as cal
 from hakbench import sequential as seq
+from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S
 from hakbench.errors import UsageError
-from hakbench.runner import run_sample
-from hakbench.schedule import ab_schedule
+from hakbench.schedule import complete_pairs
 from hakbench.stats import GO, NEUTRAL, NO_GO
 
 DEFAULT_CONDITIONS = ("0@1", "0.5@1", "0.25@0.5")
-DEFAULT_MAX_TIME_S = 60.0
-DEFAULT_MAX_PAIRS = 2000
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 
-def parse_condition(text: str) -> tuple[float, float]:
-    """``K@T`` -> (K, threshold %); K >= 0, T > 0."""
+def parse_condition(text: str) -> tuple[float, float, float]:
+    """``K@T`` -> (K, threshold %, 0): side B runs K, side A 0. ``KA:K@T`` -> (K, T, KA):
+    side A runs KA, so B - A is the cost of K - KA units on top of the same loop (a smaller
+    effect than any K alone gives where small K cost more than their share). K, KA >= 0,
+    T > 0."""
     try:
-        k, t = (float(x) for x in text.split("@"))
+        ks, t = text.split("@")
+        ka, k = (float(x) for x in ks.split(":")) if ":" in ks else (0.0, float(ks))
+        t = float(t)
     except ValueError:
         raise UsageError(f"condition {text!r}: expected K@THRESHOLD, e.g. 0.5@1") from None
-    if k < 0 or t <= 0:
+    if k < 0 or ka < 0 or t <= 0:
         raise UsageError(f"condition {text!r}: K must be >= 0 and the threshold > 0")
-    return k, t
+    return k, t, ka
 
 
 @dataclass
@@ -66,6 +72,10 @@ class SeqTrial:
     high: float
     failed: int = 0
     log_ratios: list = field(default_factory=list)
+    baseline_extra_work: float = 0.0  # K of side A
+    call_seconds: float | None = None  # the whole ab call: + engagement and perf runs, report
+    iterations: str = ""  # the run length the ab used, and why
+    out: str = ""
 
 
 def sequential_trial(
@@ -78,54 +88,26 @@ def sequential_trial(
 ) -> dict:
     """Look after every pair of throughputs (A, B) from ``pairs`` (None: a failed pair,
     skipped) until the verdict is decisive or a budget runs out; higher throughput is better.
+    The rule is ``ab``'s own (``sequential.Stopper``, one workload, a round per pair).
     Returns verdict, n_pairs, seconds, estimate, low, high, failed and the log ratios."""
-    delta = math.log1p(threshold_pct / 100)
-    state = seq.Sequence_()
-    logs: list[float] = []
-    failed = 0
-    verdict, look = seq.INCONCLUSIVE, None
-    t0 = clock()
+    rule = seq.Stopper(
+        {"w": True}, threshold_pct, max_time_s=max_time_s, max_pairs=max_pairs, clock=clock
+    )
     for pair in pairs:
-        if pair is None:
-            failed += 1
-        else:
-            logs.append(math.log(pair[1] / pair[0]))
-            look = state.look(logs)
-            verdict = seq.verdict(look, delta, higher_is_better=True)
-            if verdict in seq.DECISIVE:
-                break
-        if len(logs) >= max_pairs or clock() - t0 >= max_time_s:
+        rule.add("w", None if pair is None else math.log(pair[1] / pair[0]))
+        if not rule.end_round():
             break
+    s, look = rule.stops["w"], rule.stops["w"].state.last
     return {
-        "verdict": verdict,
-        "n_pairs": len(logs),
-        "seconds": round(clock() - t0, 3),
+        "verdict": s.verdict,
+        "n_pairs": len(s.logs),
+        "seconds": round(rule.elapsed(), 3),
         "estimate": look.estimate if look else math.nan,
         "low": look.low if look else -math.inf,
         "high": look.high if look else math.inf,
-        "failed": failed,
-        "log_ratios": logs,
+        "failed": s.failed,
+        "log_ratios": s.logs,
     }
-
-
-def pair_source(
-    cell, k: float, *, warmup: int, seed: int, max_pairs: int, timeout: float = 120.0
-) -> Iterator[tuple[float, float] | None]:
-    """Real pairs as ``ab`` runs them: A = K 0, B = K ``k``, random order within a pair,
-    warm-up pairs first and discarded. Yields (A, B) throughputs, None for a failed pair."""
-    base = tuple(cell.workload.args)
-    args = {"A": [*base, *cal.extra_work_arg(0.0)], "B": [*base, *cal.extra_work_arg(k)]}
-    got: dict = {}
-    for slot in ab_schedule([cell.workload.name], max_pairs, warmup, seed):
-        s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout, args=args[slot.side])
-        if slot.phase != "measure":
-            continue
-        got[slot.side] = s
-        if len(got) == 2:
-            a, b = got["A"], got["B"]
-            got = {}
-            ok = a["status"] == "ok" and b["status"] == "ok"
-            yield (a["metrics"]["throughput"], b["metrics"]["throughput"]) if ok else None
 
 
 def plan(conditions: Sequence[str], trials: int, seed: int) -> list[tuple[str, int]]:
@@ -140,37 +122,68 @@ def plan(conditions: Sequence[str], trials: int, seed: int) -> list[tuple[str, i
 
 
 def run(
-    cell,
+    make_spec: Callable[[float, float, int, float], object],
     conditions: Sequence[str] = DEFAULT_CONDITIONS,
     *,
     trials: int,
-    max_time_s: float = DEFAULT_MAX_TIME_S,
-    max_pairs: int = DEFAULT_MAX_PAIRS,
-    warmup: int = 2,
+    out,
     seed: int = 1,
     on_trial: Callable[[SeqTrial, int, int], None] | None = None,
 ) -> list[SeqTrial]:
-    """Every trial of every condition; Ctrl-C ends it after the finished trials."""
+    """Every trial of every condition, each a default ``ab`` built by ``make_spec(K,
+    threshold, seed, KA)`` into ``out``/trials/; Ctrl-C ends it after the finished trials."""
+    from hakbench.ab import run_ab
+
     parsed = {c: parse_condition(c) for c in conditions}
     order = plan(list(conditions), trials, seed)
     done: list[SeqTrial] = []
     try:
         for n, (c, i) in enumerate(order, 1):
-            k, threshold = parsed[c]
-            source = pair_source(
-                cell, k, warmup=warmup, seed=seed * 100003 + n, max_pairs=max_pairs
+            k, threshold, ka = parsed[c]
+            t0 = time.monotonic()
+            result = run_ab(
+                make_spec(k, threshold, seed * 100003 + n, ka),
+                out / "trials" / f"{n:03d}-{c.replace('@', 'at')}",
+                show_progress=False,
             )
-            r = sequential_trial(
-                source, threshold_pct=threshold, max_time_s=max_time_s, max_pairs=max_pairs
-            )
-            source.close()
-            t = SeqTrial(c, k, threshold, i, **r)
+            if result.interrupted:
+                raise KeyboardInterrupt
+            t = trial_of(result, c, i, time.monotonic() - t0)
             done.append(t)
             if on_trial:
                 on_trial(t, n, len(order))
     except KeyboardInterrupt:
         pass
     return done
+
+
+def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTrial:
+    """A finished ``ab`` as a trial: its verdict, pairs, seconds and log ratios."""
+    from hakbench.store import read_jsonl
+
+    k, threshold, ka = parse_condition(condition)
+    (c,) = result.primary()
+    w = c.workload
+    pairs = complete_pairs(read_jsonl(result.out / "samples.jsonl"), w)
+    logs = [math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]) for a, b in pairs]
+    return SeqTrial(
+        condition,
+        k,
+        threshold,
+        index,
+        c.verdict,
+        c.n_pairs,
+        round(result.pairs_seconds, 3),
+        math.log(c.ratio),
+        math.log(c.ci_low),
+        math.log(c.ci_high),
+        sum(s.get("phase") == "measure" for s in result.failed),
+        logs,
+        ka,
+        round(call_seconds, 3),
+        result.iterations.get(w, ""),
+        str(result.out),
+    )
 
 
 def _quantile(xs: Sequence[float], q: float) -> float | None:
@@ -191,8 +204,9 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
         counts = Counter(t.verdict for t in ts)
         logs = [x for t in ts for x in t.log_ratios]
         k = ts[0].extra_work
+        aa = k == ts[0].baseline_extra_work
         # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
-        hits = counts[GO] + counts[NO_GO] if k == 0 else counts[NO_GO]
+        hits = counts[GO] + counts[NO_GO] if aa else counts[NO_GO]
         secs = [t.seconds for t in ts]
         rows.append(
             {
@@ -204,11 +218,13 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
                 if logs
                 else None,
                 "verdicts": {v: counts[v] for v in VERDICTS},
-                "rate_name": "false GO/NO-GO" if k == 0 else "NO-GO",
+                "rate_name": "false GO/NO-GO" if aa else "NO-GO",
                 "rate": hits / n,
                 "rate_ci95": [round(x, 3) for x in cal.wilson_ci(hits, n)],
                 "seconds_median": _quantile(secs, 0.5),
                 "seconds_p90": _quantile(secs, 0.9),
+                "call_seconds_median": _quantile([t.call_seconds or 0 for t in ts], 0.5),
+                "call_seconds_p90": _quantile([t.call_seconds or 0 for t in ts], 0.9),
                 "pairs_median": _quantile([t.n_pairs for t in ts], 0.5),
                 "pairs_p90": _quantile([t.n_pairs for t in ts], 0.9),
                 "failed_pairs": sum(t.failed for t in ts),
@@ -223,8 +239,9 @@ def report_lines(rows: Sequence[dict], *, max_time_s: float, max_pairs: int) -> 
         "pairs per trial)",
         "",
         "| condition (K@threshold) | effect here | trials | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
-        "| rate (95 % CI) | s to verdict: median / p90 | pairs: median / p90 |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| rate (95 % CI) | s to verdict: median / p90 | whole ab call, s: median / p90 "
+        "| pairs: median / p90 |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     for r in rows:
         v = r["verdicts"]
@@ -235,6 +252,12 @@ def report_lines(rows: Sequence[dict], *, max_time_s: float, max_pairs: int) -> 
             f"| {v[NEUTRAL]} | {v[seq.INCONCLUSIVE]} "
             f"| {r['rate_name']} {100 * r['rate']:.0f} % ({100 * lo:.0f}-{100 * hi:.0f}) "
             f"| {r['seconds_median']} / {r['seconds_p90']} "
+            f"| {r.get('call_seconds_median')} / {r.get('call_seconds_p90')} "
             f"| {r['pairs_median']:g} / {r['pairs_p90']:g} |"
         )
+    lines += [
+        "",
+        "s to verdict: from the first (warm-up) pair to the stop; the whole ab call adds its "
+        "engagement and perf runs and writing its report.",
+    ]
     return lines

@@ -49,6 +49,8 @@ class Progress:
         self.ok += 1 if ok else 0
         self.failed += 0 if ok else 1
         self.note = note
+        if self.done > self.total:  # an estimated total (a sequential A/B) ran over
+            self.total = self.bar.length = self.done
         if self.tty:
             self.bar.update(1)
             return

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 A, B = "A", "B"
@@ -60,23 +60,42 @@ def plan(
     ``partner[i]``: the cell that cell ``i`` is compared with (None or ``i`` itself: none).
     ``salt`` separates plans that share a seed (e.g. a matrix's instruction-count round).
     """
+    return list(
+        iter_plan(
+            n_cells, rounds, seed=seed, warmup=warmup, partner=partner, phase=phase, salt=salt
+        )
+    )
+
+
+def iter_plan(
+    n_cells: int,
+    rounds: int | None,
+    *,
+    seed: int,
+    warmup: int = 0,
+    partner: Sequence[int | None] | None = None,
+    phase: str = "measure",
+    salt: str = "",
+) -> Iterator[Slot]:
+    """``plan`` one slot at a time; ``rounds`` None: endless (a sequential A/B stops it).
+    Round r's order depends only on (seed, salt, r), so both forms give the same slots."""
     partner = list(partner) if partner is not None else [None] * n_cells
     if len(partner) != n_cells:
         raise ValueError(f"partner has {len(partner)} entries for {n_cells} cells")
     units = _units(n_cells, partner)
-    out: list[Slot] = []
-    for r in range(warmup + rounds):
+    r = 0
+    while rounds is None or r < warmup + rounds:
         rng = random.Random(f"hakbench:{seed}:{salt}:{r}")
         p = "warmup" if r < warmup else phase
         order = list(units)
         rng.shuffle(order)
         for cell, other in order:
             if other is None:
-                out.append(Slot(p, r, cell, None, None))
+                yield Slot(p, r, cell, None, None)
                 continue
             pair = [Slot(p, r, other, cell, A), Slot(p, r, cell, cell, B)]
-            out.extend(pair if rng.random() < 0.5 else pair[::-1])
-    return out
+            yield from (pair if rng.random() < 0.5 else pair[::-1])
+        r += 1
 
 
 @dataclass(frozen=True)
@@ -92,13 +111,19 @@ class ABSlot:
 
 def ab_schedule(workloads: list[str], pairs: int, warmup_pairs: int, seed: int) -> list[ABSlot]:
     """Every process of an A/B in run order: per workload, side B paired with side A."""
+    return list(iter_ab_schedule(workloads, pairs, warmup_pairs, seed))
+
+
+def iter_ab_schedule(
+    workloads: list[str], pairs: int | None, warmup_pairs: int, seed: int
+) -> Iterator[ABSlot]:
+    """``ab_schedule`` one slot at a time; ``pairs`` None: endless, for a sequential A/B
+    that stops each workload when its data decide (it skips the slots of stopped ones)."""
     n = len(workloads)
     cells = [(w, side) for w in workloads for side in (A, B)]
     partner = [None if side == A else 2 * (i // 2) for i, (_, side) in enumerate(cells)]
-    return [
-        ABSlot(s.phase, cells[s.cell][0], s.round - warmup_pairs, s.round, s.side or A)
-        for s in plan(2 * n, pairs, seed=seed, warmup=warmup_pairs, partner=partner)
-    ]
+    for s in iter_plan(2 * n, pairs, seed=seed, warmup=warmup_pairs, partner=partner):
+        yield ABSlot(s.phase, cells[s.cell][0], s.round - warmup_pairs, s.round, s.side or A)
 
 
 def complete_pairs(

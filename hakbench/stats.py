@@ -25,13 +25,17 @@ DEFAULT_THRESHOLD_PCT = 1.0
 
 GO, NO_GO, NEUTRAL, NOT_ENGAGED, NO_DATA = "GO", "NO-GO", "NEUTRAL", "NOT-ENGAGED", "NO-DATA"
 FAILED = "FAILED"
+INCONCLUSIVE = "INCONCLUSIVE"
+DECISIVE = (GO, NO_GO, NEUTRAL)
 
 RULE = (
     "Per pair r = B/A. Summary: median r with a distribution-free 95 % CI (order statistics "
     "of the binomial). Test: two-sided Wilcoxon signed-rank on log r, p adjusted by Holm "
     "across the workloads of the call. Verdict: GO when p_holm < {alpha} and the median "
     "improves on A by at least the threshold ({threshold:g} %) and the CI excludes 1; NO-GO "
-    "the same for a regression; else NEUTRAL. Direction: {direction}; lower RSS and page "
+    "the same for a regression; NEUTRAL only when the whole CI lies within +-threshold "
+    "(equivalent); else INCONCLUSIVE (the data cannot tell yet), with the pairs that would "
+    "likely decide. Direction: {direction}; lower RSS and page "
     "faults are better (guardrails are judged by the same rule). Failures are results: a "
     "failed, timed-out, wrong-checksum or wrong-allocator measured sample on one side makes "
     "the verdict FAILED (counts per side, first error); only the same failures on both "
@@ -114,19 +118,18 @@ def verdict(
     higher_is_better: bool = True,
     alpha: float = ALPHA,
 ) -> str:
-    """GO / NO-GO / NEUTRAL by the rule in RULE."""
+    """GO / NO-GO / NEUTRAL / INCONCLUSIVE by the rule in RULE. NEUTRAL means equivalent
+    (the whole CI within +-threshold), never "could not tell": that is INCONCLUSIVE."""
     if any(v is None or math.isnan(v) for v in (ratio, ci_low, ci_high, p)):
         return NO_DATA
     t = threshold_pct / 100.0
-    if p >= alpha:
-        return NEUTRAL
-    up = ratio >= 1 + t and ci_low > 1
-    down = ratio <= 1 - t and ci_high < 1
-    if up:
+    if p < alpha and ratio >= 1 + t and ci_low > 1:
         return GO if higher_is_better else NO_GO
-    if down:
+    if p < alpha and ratio <= 1 - t and ci_high < 1:
         return NO_GO if higher_is_better else GO
-    return NEUTRAL
+    if 1 - t < ci_low and ci_high < 1 + t:
+        return NEUTRAL
+    return INCONCLUSIVE
 
 
 def exact_verdict(
@@ -193,6 +196,10 @@ class Comparison:
     # "pairs": judged from the paired runs; "perf": medians of ab's perf counter runs, not
     # paired and never judged; "instructions": one exact count per side.
     source: str = "pairs"
+    seconds: float | None = None  # wall time of the measured pairs (primary only)
+    stop: str = ""  # sequential: decided | budget | failed | interrupted
+    pairs_needed: int | None = None  # INCONCLUSIVE: the pairs in all that would likely decide
+    seconds_needed: float | None = None  # ... and the seconds those still to run would take
 
 
 def compare_paired(

@@ -4,6 +4,7 @@ pairs), the per-condition summary, and one short real run."""
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -73,15 +74,17 @@ def test_failed_pairs_are_counted_and_left_out():
 
 
 def trial(condition, verdict, seconds, n=10, logs=(-0.017,)):
-    k, t = cs.parse_condition(condition)
-    return cs.SeqTrial(condition, k, t, 0, verdict, n, seconds, 0.0, 0.0, 0.0, 0, list(logs))
+    k, t, ka = cs.parse_condition(condition)
+    return cs.SeqTrial(condition, k, t, 0, verdict, n, seconds, 0.0, 0.0, 0.0, 0, list(logs), ka)
 
 
 def test_summary_rates_and_times():
     ts = [trial("0@1", "NEUTRAL", s, logs=(0.0,)) for s in (1, 2, 3, 4)]
     ts += [trial("0@1", "NO-GO", 5, logs=(0.0,))]
     ts += [trial("0.5@1", "NO-GO", s) for s in range(1, 11)]
+    ts += [trial("0.25:0.25@1", "NEUTRAL", 3, logs=(0.0,))]  # KA = K: an A/A too
     rows = {r["condition"]: r for r in cs.summarize(ts)}
+    assert rows["0.25:0.25@1"]["rate_name"] == "false GO/NO-GO"
     aa, k = rows["0@1"], rows["0.5@1"]
     assert aa["rate_name"] == "false GO/NO-GO" and aa["rate"] == pytest.approx(0.2)
     assert aa["verdicts"] == {"GO": 0, "NO-GO": 1, "NEUTRAL": 4, "INCONCLUSIVE": 0}
@@ -92,8 +95,9 @@ def test_summary_rates_and_times():
 
 
 def test_conditions_are_checked():
-    assert cs.parse_condition("0.25@0.5") == (0.25, 0.5)
-    for bad in ("0.5", "x@1", "-1@1", "0.5@0"):
+    assert cs.parse_condition("0.25@0.5") == (0.25, 0.5, 0.0)
+    assert cs.parse_condition("0.25:0.5@0.5") == (0.5, 0.5, 0.25)
+    for bad in ("0.5", "x@1", "-1@1", "0.5@0", "1:2:3@1", "-1:1@1"):
         with pytest.raises(UsageError):
             cs.parse_condition(bad)
 
@@ -106,20 +110,25 @@ def test_sequential_calibration_real_run(tmp_path, bench_dir):
         main,
         [
             "calibrate", "--sequential", "-a", "system", "-w", "mixed_short",
-            "--condition", "0@1", "--condition", "2@1", "--trials", "1", "--max-time", "2",
+            "--condition", "0@1", "--condition", "8@1", "--trials", "1", "--max-time", "2",
             "--warmup", "1", "--out", str(out),
         ],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "sequential.json").read_text())
     rows = {c["condition"]: c for c in doc["conditions"]}
-    assert set(rows) == {"0@1", "2@1"}
+    assert set(rows) == {"0@1", "8@1"}
     for c in rows.values():
         assert c["trials"] == 1 and sum(c["verdicts"].values()) == 1
         assert 0 < c["seconds_median"] < 10 and c["pairs_median"] >= 1
-    assert rows["2@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=2 injects real work
+    assert rows["8@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=8 injects real work
     lines = (out / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 2
+    for t in map(json.loads, lines):  # each trial is a whole default ab, kept
+        assert (Path(t["out"]) / "report.md").exists() and "Sequential:" in Path(
+            t["out"], "report.md"
+        ).read_text()
+        assert t["call_seconds"] >= t["seconds"] > 0
     assert "Load: other processes used" in (out / "report.md").read_text()
     bad = CliRunner().invoke(main, ["calibrate", "--sequential", "--condition", "1"])
     assert bad.exit_code == 2 and "K@THRESHOLD" in bad.output

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_calibrate_sequential import Clock
 
 from hakbench import sequential as sq
 from hakbench.stats import GO, NEUTRAL, NO_GO
@@ -26,18 +27,18 @@ def shape() -> np.ndarray:
 
 
 def simulate(effect: float, runs: int = RUNS, seed: int = 7, batch: int = 10) -> list:
-    """(verdict, pairs) of ``runs`` sequential A/Bs of a slowdown ``effect`` (log units)."""
+    """(verdict, pairs) of ``runs`` sequential A/Bs of a slowdown ``effect`` (log units),
+    each driven by ``ab``'s own stopping rule (``Stopper``), a look every ``batch`` pairs."""
     rng = np.random.default_rng(seed)
     noise = shape()
     out = []
     for _ in range(runs):
-        seq, x, verdict = sq.Sequence_(), [], sq.INCONCLUSIVE
-        while len(x) < BUDGET:
-            x.extend(effect + SIGMA * rng.choice(noise, batch))
-            verdict = sq.verdict(seq.look(x), DELTA, higher_is_better=False)
-            if verdict in sq.DECISIVE:
-                break
-        out.append((verdict, len(x)))
+        rule = sq.Stopper({"w": False}, 1.0, max_time_s=math.inf, max_pairs=BUDGET)
+        while rule.running():
+            for x in effect + SIGMA * rng.choice(noise, batch):
+                rule.add("w", float(x))
+            rule.end_round()
+        out.append((rule.stops["w"].verdict, len(rule.stops["w"].logs)))
     return out
 
 
@@ -95,3 +96,58 @@ def test_pairs_to_decide_grows_as_the_decision_gets_harder(estimate):
         n=50, estimate=estimate, low=estimate - 0.02, high=estimate + 0.02, p_anytime=0.5
     )
     assert sq.pairs_to_decide(wider, DELTA) > n
+
+
+def test_stopper_holm_across_workloads_and_stops_each_when_decided():
+    rng = np.random.default_rng(5)
+    rule = sq.Stopper(
+        {"slow": True, "same": True}, 1.0, max_time_s=1e9, max_pairs=5000, clock=Clock(0.0)
+    )
+    rounds = 0
+    while rule.running():
+        for w, effect in (("slow", -0.05), ("same", 0.0)):
+            if w in rule.running():
+                rule.add(w, effect + 0.005 * rng.standard_normal(), seconds=0.01)
+        rule.end_round()
+        rounds += 1
+    slow, same = rule.stops["slow"], rule.stops["same"]
+    assert slow.verdict == NO_GO and slow.reason == "decided"
+    assert same.verdict == NEUTRAL and same.reason == "decided"
+    assert max(len(slow.logs), len(same.logs)) == rounds  # each stopped at its decision
+    assert slow.pairs_needed is None  # decided: nothing more is needed
+    assert slow.p_holm >= slow.state.last.p_anytime  # adjusted across the two
+
+
+def test_stopper_budget_ends_inconclusive_with_pairs_and_seconds_needed():
+    rng = np.random.default_rng(6)
+    rule = sq.Stopper({"w": True}, 1.0, max_time_s=10.0, max_pairs=10**6, clock=Clock(0.1))
+    while rule.running():
+        rule.add("w", 0.2 * rng.standard_normal(), seconds=0.05)
+        rule.end_round()
+    s = rule.stops["w"]
+    assert s.verdict == sq.INCONCLUSIVE and s.reason == "budget"
+    assert s.pairs_needed is not None and s.pairs_needed > len(s.logs)
+    assert rule.seconds_needed("w") == pytest.approx((s.pairs_needed - len(s.logs)) * 0.05)
+    rule = sq.Stopper({"w": True}, 1.0, max_time_s=1e9, max_pairs=5, clock=Clock(0.0))
+    rule.add("w", None)  # a failed pair counts as failed, not as data
+    for _ in range(5):
+        rule.add("w", 0.3 * rng.standard_normal())
+        rule.end_round()
+    assert rule.stops["w"].failed == 1 and rule.stops["w"].reason == "budget"
+
+
+def test_a_drifting_effect_is_judged_on_the_current_interval_and_flagged():
+    """Each look's verdict uses that look's interval, not the intersection of all looks,
+    which would keep an early narrow interval that later data contradict; when the looks'
+    intervals no longer overlap, the data drifted and nothing is decided."""
+    rng = np.random.default_rng(11)
+    state = sq.Sequence_()
+    x = list(0.001 * rng.standard_normal(400))  # no change, very quiet
+    early = state.look(x)
+    assert sq.verdict(early, math.log(1.005), higher_is_better=True) == NEUTRAL
+    x += list(-0.03 + 0.001 * rng.standard_normal(4000))  # then a 3 % slowdown
+    late = state.look(x)
+    assert late.high < early.low  # this look's interval, away from the early one
+    assert late.drift and sq.verdict(late, math.log(1.005), higher_is_better=True) == (
+        sq.INCONCLUSIVE
+    )

@@ -8,9 +8,16 @@ from pathlib import Path
 import click
 
 from hakbench import ab as engine
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError
+from hakbench.errors import (
+    EXIT_GATE,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    MeasurementError,
+    UsageError,
+)
 from hakbench.profiles import parse_sets
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
+from hakbench.stats import FAILED, INCONCLUSIVE, NO_GO
 from hakbench.store import default_run_dir
 
 RSS = ("maxrss_kb", "rss_end_kb")  # the memory guardrails beside each verdict
@@ -42,10 +49,21 @@ def _print_table(header, rows) -> None:
 @click.option(
     "--runs",
     "-n",
-    default=engine.DEFAULT_PAIRS,
-    show_default=True,
     type=click.IntRange(1, 100000),
-    help="measured pairs per workload",
+    help="a fixed count of measured pairs per workload (reproducible) [default: sequential: "
+    "pairs until each workload's verdict is decisive, or --max-time]",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(min=0, min_open=True),
+    help="sequential: seconds for the call's pairs (warm-ups included); workloads still "
+    f"undecided then end INCONCLUSIVE [default: {engine.DEFAULT_MAX_TIME_S:g}]",
+)
+@click.option(
+    "--iters",
+    type=click.IntRange(1),
+    help="iterations of every harness workload [default: this machine's run-length choice "
+    "(calibrate --run-length), else the workload's own]",
 )
 @click.option(
     "--warmup",
@@ -90,7 +108,9 @@ def _print_table(header, rows) -> None:
 )
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
 @click.option(
-    "--fail-on", type=click.Choice(["no-go"]), help="exit 1 on a NO-GO or a FAILED verdict"
+    "--fail-on",
+    type=click.Choice(["no-go"]),
+    help="exit 1 on a NO-GO or a FAILED verdict; else exit 4 on an INCONCLUSIVE one",
 )
 def ab_cmd(
     profile,
@@ -102,6 +122,8 @@ def ab_cmd(
     baseline_variant,
     workloads,
     runs,
+    max_time,
+    iters,
     warmup,
     threshold,
     metric,
@@ -114,7 +136,10 @@ def ab_cmd(
     out,
     fail_on,
 ):
-    """Is B better than A? Interleaved randomised pairs, Wilcoxon + Holm, GO/NO-GO/NEUTRAL."""
+    """Is B better than A? Interleaved randomised pairs, sampled until decided (or --runs N),
+    Holm across workloads: GO / NO-GO / NEUTRAL (equivalent) / INCONCLUSIVE."""
+    if runs is not None and max_time is not None:
+        raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
     metric = "task_clock_ms" if metric == "task-clock" else metric
     if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
         perf_mode = "each" if metric == "task_clock_ms" else engine.DEFAULT_PERF_MODE
@@ -128,6 +153,8 @@ def ab_cmd(
         baseline_variant=baseline_variant,
         workloads=tuple(workloads) or engine.DEFAULT_WORKLOADS,
         pairs=runs,
+        max_time_s=engine.DEFAULT_MAX_TIME_S if max_time is None else max_time,
+        iters=iters,
         warmup_pairs=warmup,
         threshold_pct=threshold,
         seed=seed,
@@ -142,6 +169,11 @@ def ab_cmd(
         engine.check_spec(spec)  # (with revisions, each side is checked against its own build)
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
+    if spec.sequential:
+        click.echo(
+            f"sequential: pairs until decided, at most {spec.max_time_s:g} s (--runs N: fixed)",
+            err=True,
+        )
     noise = engine.noise_warning_for(spec)
     if noise:
         click.echo(f"warning: {noise}", err=True)
@@ -157,7 +189,7 @@ def ab_cmd(
         ],
     )
     for g in result.comparisons:
-        if result.role(g) == "guardrail" and g.verdict not in ("NEUTRAL", ""):
+        if result.role(g) == "guardrail" and g.verdict not in ("NEUTRAL", "INCONCLUSIVE", ""):
             click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
@@ -175,13 +207,18 @@ def ab_cmd(
         click.echo(f"note: {result.perf_note}")
     if result.unavailable:
         click.echo("unavailable here: " + ", ".join(result.unavailable))
+    for w, why in result.iterations.items():
+        click.echo(f"{w}: run length {why}")
     click.echo(str(result.out))
     if result.interrupted:
         sys.exit(EXIT_INTERRUPTED)
     if all(c.n_pairs == 0 for c in result.primary()):
         raise MeasurementError(f"no complete pair for any workload; see {result.out}/report.md")
-    if fail_on == "no-go" and any(c.verdict in ("NO-GO", "FAILED") for c in result.primary()):
+    verdicts = {c.verdict for c in result.primary()}
+    if fail_on == "no-go" and verdicts & {NO_GO, FAILED}:
         sys.exit(EXIT_GATE)
+    if fail_on == "no-go" and INCONCLUSIVE in verdicts:
+        sys.exit(EXIT_INCONCLUSIVE)
 
 
 COMMANDS = [ab_cmd]

@@ -11,6 +11,7 @@ from hakbench import calibrate as cal
 from hakbench import calibrate_sequential as calseq
 from hakbench import runlength
 from hakbench import stats as st
+from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
 from hakbench.cell import make_cell
 from hakbench.errors import EXIT_INTERRUPTED, UsageError
 from hakbench.load import LoadMonitor
@@ -40,7 +41,11 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     help=f"measured pairs per trial [default: {cal.DEFAULT_RUNS}, ab's; with --run-length: "
     f"{runlength.DEFAULT_PAIRS} per iteration count]",
 )
-@click.option("--warmup", default=2, show_default=True, type=click.IntRange(0, 100))
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, 100),
+    help="warm-up pairs [default: 2; with --sequential: ab's 3]",
+)
 @click.option(
     "--trials",
     default=10,
@@ -92,7 +97,8 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     "conditions",
     multiple=True,
     metavar="K@THRESHOLD",
-    help="with --sequential: --extra-work K of side B judged at THRESHOLD % (repeatable) "
+    help="with --sequential: --extra-work K of side B (KA:K@THRESHOLD: side A runs KA) "
+    "judged at THRESHOLD % (repeatable) "
     f"[default: {', '.join(calseq.DEFAULT_CONDITIONS)}]",
 )
 @click.option(
@@ -132,8 +138,8 @@ def calibrate_cmd(
     per count the pair spread and wall seconds per pair, and the count with the shortest
     expected time to a sequential verdict, recorded for this machine (run_length.json).
 
-    With --sequential: trials of hakbench.sequential's rule on real pairs, a look after
-    every pair, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
+    With --sequential: each trial is a default (sequential) ab with side B running
+    --extra-work K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
     if sequential:
@@ -143,6 +149,7 @@ def calibrate_cmd(
         return
     if conditions:
         raise UsageError("--condition belongs to --sequential")
+    warmup = 2 if warmup is None else warmup
     if run_length:
         if extra_work or perf:
             raise UsageError("--run-length measures A/A pairs: no --extra-work or --perf")
@@ -247,19 +254,27 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress(trials * len(conditions), f"calibrate --sequential {cell.workload.name}")
 
+    def make_spec(k, threshold, trial_seed, ka):
+        """A default ``ab`` of the cell, side B with --extra-work K, side A KA."""
+        return ABSpec(
+            profile=profile,
+            allocator=allocator,
+            workloads=(cell.workload.name,),
+            threshold_pct=threshold,
+            max_time_s=max_time,
+            warmup_pairs=DEFAULT_WARMUP_PAIRS if warmup is None else warmup,
+            seed=trial_seed,
+            extra_work=k,
+            baseline_extra_work=ka,
+        )
+
     def on_trial(t, done, total):
         append_jsonl(out / "trials.jsonl", asdict(t))
         progress.step(ok=t.failed == 0, note=f"{t.condition}: {t.verdict} in {t.seconds:.0f} s")
 
     with LoadMonitor() as load:
         done = calseq.run(
-            cell,
-            conditions,
-            trials=trials,
-            max_time_s=max_time,
-            warmup=warmup,
-            seed=seed,
-            on_trial=on_trial,
+            make_spec, conditions, trials=trials, out=out, seed=seed, on_trial=on_trial
         )
     progress.close()
     rows = calseq.summarize(done)
@@ -269,7 +284,8 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
         "allocator": cell.allocator_label,
         "profile": cell.profile,
         "max_time_s": max_time,
-        "max_pairs": calseq.DEFAULT_MAX_PAIRS,
+        "max_pairs": DEFAULT_MAX_PAIRS,
+        "iterations": sorted({t.iterations for t in done}),
         "trials": trials,
         "trials_done": len(done),
         "interrupted": interrupted,
@@ -279,7 +295,8 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
         "conditions": rows,
     }
     write_json(out / "sequential.json", doc)
-    lines = calseq.report_lines(rows, max_time_s=max_time, max_pairs=calseq.DEFAULT_MAX_PAIRS)
+    lines = calseq.report_lines(rows, max_time_s=max_time, max_pairs=DEFAULT_MAX_PAIRS)
+    lines += ["", "Run length: " + "; ".join(doc["iterations"])]
     _write_report(out, "calibrate-sequential", lines, load.result)
     click.echo(f"results: {out}")
     if interrupted:

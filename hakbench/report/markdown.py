@@ -9,7 +9,8 @@ from hakbench.calibrate import calibration_line
 from hakbench.instructions import BLIND_SPOTS
 from hakbench.load import describe as describe_load
 from hakbench.metrics import METRICS, PERF_SOURCED
-from hakbench.stats import ALPHA, RULE
+from hakbench.sequential import RULE as SEQ_RULE
+from hakbench.stats import ALPHA, INCONCLUSIVE, RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (
@@ -74,8 +75,24 @@ def rss_verdict(result, workload: str, metric: str = "maxrss_kb") -> str:
     return f"{g.verdict} {g.ratio:.4f}"
 
 
+def stop_text(c) -> str:
+    """How long a primary comparison's pairs took and why they stopped; for INCONCLUSIVE,
+    the pairs in all (and the seconds more) that would likely decide."""
+    why = {"decided": "decided", "budget": "budget ran out", "failed": "a side failed"}
+    parts = [f"{c.seconds:.1f} s" if c.seconds is not None else ""]
+    parts.append(why.get(c.stop, c.stop))
+    if c.verdict == INCONCLUSIVE:
+        if c.pairs_needed is None:
+            parts.append("too few pairs to say how many would decide")
+        else:
+            more = "" if c.seconds_needed is None else f", ~{c.seconds_needed:.0f} s more"
+            parts.append(f"~{c.pairs_needed} pairs would likely decide{more}")
+    return ", ".join(p for p in parts if p) or "-"
+
+
 def verdict_rows(result) -> list[list[str]]:
-    """Workload, verdict, ratio, CI, p, p_holm, pairs, engagement, guardrail verdicts."""
+    """Workload, verdict, ratio, CI, p, p_holm, pairs, time and stop, engagement, guardrail
+    verdicts."""
     rows = []
     for c in result.primary():
         guards = [
@@ -91,6 +108,7 @@ def verdict_rows(result) -> list[list[str]]:
                 fmt_p(c.p_value),
                 fmt_p(c.p_holm),
                 str(c.n_pairs),
+                stop_text(c),
                 result.engagement[c.workload]["status"],
                 "; ".join(guards) or "-",
             ]
@@ -105,6 +123,7 @@ VERDICT_HEADER = [
     "p",
     "p_holm",
     "pairs",
+    "time, stop",
     "engaged",
     "guardrails",
 ]
@@ -161,28 +180,40 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     if spec.is_aa:
         lines += [
             "**A/A (no --baseline/--set): a noise check**, not an experiment: A and B are the "
-            "same cell, so the verdict should be NEUTRAL and the CI shows the noise here.",
+            "same cell, so the verdict should be NEUTRAL (or INCONCLUSIVE when the noise "
+            "here is too high to bound it) and the CI shows the noise here.",
             "",
         ]
     if result.noise_warning:
         lines += [f"**Noise floor**: {result.noise_warning}.", ""]
-    if spec.metric == "throughput":
+    if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
         lines += [calibration_line(), ""]
     if result.interrupted:
         lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
     lines += [describe_load(result.load), ""]
-    design = (
-        "one callgrind run per side"
-        if spec.metric == "instructions"
-        else f"{spec.pairs} measured pairs + {spec.warmup_pairs} warm-up pairs per workload, "
-        f"seed {spec.seed}"
-    )
+    if spec.metric == "instructions":
+        design = "one callgrind run per side"
+    elif spec.sequential:
+        design = (
+            f"sequential: pairs until each workload is decided, budget {spec.max_time_s:g} s "
+            f"or {spec.max_pairs} pairs, after {spec.warmup_pairs} warm-up pairs; seed {spec.seed}"
+        )
+    else:
+        design = (
+            f"{spec.pairs} measured pairs (fixed, --runs) + {spec.warmup_pairs} warm-up pairs "
+            f"per workload, seed {spec.seed}"
+        )
     lines += [
         f"Results: `{result.out}` · metric: {spec.metric} · variant: {spec.variant} · "
         f"{design} · threshold {spec.threshold_pct:g} %",
         "",
     ]
     lines += perf_mode_lines(result)
+    if result.iterations:
+        lines += [
+            "Run length: " + "; ".join(f"{w}: {why}" for w, why in result.iterations.items()),
+            "",
+        ]
     if result.shas:
         lines += ["Revisions: " + ", ".join(f"{k} = `{v}`" for k, v in result.shas.items()), ""]
     for lib in result.changed_libraries:
@@ -206,10 +237,15 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     else:
         m = METRICS[spec.metric]
         direction = f"{'higher' if m.higher_is_better else 'lower'} {spec.metric} is better"
-        lines += [
-            RULE.format(alpha=ALPHA, threshold=spec.threshold_pct, direction=direction),
-            "",
-        ]
+        rule = SEQ_RULE if spec.sequential else RULE
+        text = rule.format(
+            alpha=ALPHA,
+            threshold=spec.threshold_pct,
+            direction=direction,
+            max_time=spec.max_time_s,
+            max_pairs=spec.max_pairs,
+        )
+        lines += [text, ""]
         own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
         if own:
             lines += [
