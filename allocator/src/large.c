@@ -17,7 +17,8 @@
 //   - freed regions of up to HAK_LARGE_CACHE_REGION go to a small cache (speed-first policy:
 //     up to HAK_LARGE_CACHE_COUNT regions, HAK_LARGE_CACHE_BYTES in all), reused for a request
 //     of at most their size and at least 3/4 of it; the lean policy keeps at most
-//     HAK_LARGE_CACHE_LEAN_BYTES and empties the cache whenever a thread exits (hak_large_trim).
+//     HAK_LARGE_CACHE_LEAN_BYTES, gives back the tail a reused region has beyond the request,
+//     and empties the cache whenever a thread exits (hak_large_trim).
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
 //     an mmap, a munmap and 8-16 page faults for every one of them (bench_churn under
 //     BALANCED: 19x glibc's page faults). Bigger regions are rarely asked for again at a
@@ -34,9 +35,9 @@
 #define HAK_OS_PAGE_SIZE           4096
 #define HAK_LARGE_CACHE_COUNT      64
 #define HAK_LARGE_CACHE_BYTES      ((size_t)8 << 20)
-#define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)2 << 20) // lean policy (BALANCED)
-#define HAK_LARGE_CACHE_REGION     ((size_t)1 << 20) // larger regions are never cached
-#define HAK_LARGE_TABLE_MIN        1024              // entries (32 KiB)
+#define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs
+#define HAK_LARGE_CACHE_REGION     ((size_t)1 << 20)   // larger regions are never cached
+#define HAK_LARGE_TABLE_MIN        1024                // entries (32 KiB)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
@@ -154,7 +155,16 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (e) {
         e->usable = need;
         void *block = (void *)e->block;
+        size_t slack = e->map_size - need;
         pthread_mutex_unlock(&large_lock);
+        // Lean policy: the region's tail beyond the request was written by its last user;
+        // give it back, or a 64 KiB region reused for 48 KiB keeps 16 KiB resident for nothing.
+        if (slack && hak_option[HAK_OPT_SS_MEM_LEAN]) {
+            int saved = errno;
+            madvise((char *)block + need, slack, MADV_DONTNEED);
+            errno = saved;
+            hak_stat_add(ss_os, madvise, 1);
+        }
         hak_stat_add(large, cache_hit, 1);
         hak_stat_add(large, alloc, 1);
         hak_stat_add(large, live_kb, need / 1024);
