@@ -382,6 +382,7 @@ void hak_heap_destroy(hak_heap *heap) {
         else
             hak_superslab_abandon(ss);
     }
+    hak_large_trim(); // lean policy: cached large regions go back when a thread exits
     hak_stats_merge_heap(heap);
     pthread_mutex_lock(&heaps_lock);
     if (heap->prev_live)

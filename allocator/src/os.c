@@ -180,16 +180,29 @@ void hak_os_superslab_put(hak_superslab *ss) {
 // constantly) fault every refilled page back in: on mid_large_mt1 18,300 page faults and
 // 0.21x mimalloc's throughput (C7_SAFE; BALANCED 34,000 and 0.12x) against 1,300 and parity
 // before slots were purged at all. mimalloc delays its purges the same way.
-void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
+// The superslab's resident free slots beyond the policy's floor (0 when within it).
+static uint32_t slots_beyond_floor(const hak_superslab *ss) {
     uint32_t dirty = ss->dirty_mask & ss->free_page_mask;
-    uint64_t delay = HAK_LEAN_PURGE_DELAY_NS;
     if (!hak_option[HAK_OPT_SS_MEM_LEAN]) {
         // More than HAK_DIRTY_SLOTS_MAX bits: some remain after clearing that many lowest
         // ones (no popcount call: the build targets x86-64 without POPCNT).
         for (unsigned i = 0; i < HAK_DIRTY_SLOTS_MAX; i++)
             dirty &= dirty - 1;
-        delay = HAK_PURGE_DELAY_NS;
     }
+    return dirty;
+}
+
+// A superslab left by an exiting thread: no heap checks its deadline until it is adopted or
+// visited, so the floor applies now (lean: every resident free slot is purged; speed-first:
+// those beyond 4, the rest stay warm for the adopter).
+void hak_os_superslab_abandoned(hak_superslab *ss) {
+    if (slots_beyond_floor(ss)) hak_superslab_purge(ss);
+    ss->purge_due_ns = 0;
+}
+
+void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
+    uint32_t dirty = slots_beyond_floor(ss);
+    uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
     if (!dirty) {
         ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
     } else if (!ss->purge_due_ns) {

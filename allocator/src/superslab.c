@@ -116,7 +116,9 @@ void hak_superslab_purge(hak_superslab *ss) {
 
 void hak_superslab_abandon(hak_superslab *ss) {
     hak_stat_add(ss_os, abandon, 1);
-    hak_superslab_purge(ss); // nobody allocates from it until it is adopted
+    // Nobody allocates from it until it is adopted: the policy decides what stays resident
+    // (lean: nothing; speed-first: a few free slots, warm for the adopter).
+    hak_os_superslab_abandoned(ss);
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     pthread_mutex_lock(&abandoned_lock);
     push_abandoned(ss);
