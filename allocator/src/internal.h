@@ -44,7 +44,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_SS_HEADER_SIZE 4096
 #define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
 #define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
-#define HAK_NATURAL_ALIGN  4096 // every page starts 4 KiB-aligned
+#define HAK_NATURAL_ALIGN  4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this (aligned_alloc)
 
 typedef struct hak_block {
     struct hak_block *next;
@@ -73,10 +73,11 @@ typedef struct hak_page {
     // 16 bits: a page holds at most 8,192 blocks (8 B blocks in 64 KiB; larger pages hold only
     // classes above 8 KiB).
     int16_t used;
-    // Low bits a block address must not have: the block size's power-of-two part minus one, at
-    // most 4 KiB - 1 (pages are 4 KiB-aligned): all of an interior offset of a tiny block, the
-    // low 8+ bits of a mid block's. The free fast path tests them, so free(p + 1) or
-    // free(p + 16) never reaches a free list.
+    // Low bits a block address must not have: the block size's power-of-two part (at most
+    // 64 KiB) minus one: all of an interior offset of a tiny block, the low 8+ bits of a mid
+    // block's. The free fast path tests them, so free(p + 1) or free(p + 16) never reaches a
+    // free list. Blocks are aligned that far: pages start at multiples of 64 KiB, and page 0
+    // after the header at that alignment (hak_page_first_offset).
     uint16_t block_mask;
     uint32_t block_size;
     // Cold.
@@ -224,11 +225,20 @@ static inline hak_superslab *hak_superslab_of_page(const hak_page *page) {
     return (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
 }
 
-// The first block of a page: page 0 starts after the superslab header.
+// Where the first block of page 0 starts: after the superslab header, at the blocks' own
+// alignment (block_mask + 1), so that every block is aligned as block_mask says. (It costs no
+// block: the header takes a block's room from page 0 either way.) Other pages start at their
+// slot, a multiple of 64 KiB.
+static inline uintptr_t hak_page0_offset(const hak_page *page) {
+    uintptr_t align = (uintptr_t)page->block_mask + 1;
+    return align > HAK_SS_HEADER_SIZE ? align : HAK_SS_HEADER_SIZE;
+}
+
+// The first block of a page.
 static inline char *hak_page_start(const hak_page *page) {
     hak_superslab *ss = hak_superslab_of_page(page);
     size_t index = (size_t)(page - ss->pages);
-    return (char *)ss + (index == 0 ? HAK_SS_HEADER_SIZE : index << ss->page_shift);
+    return (char *)ss + (index == 0 ? hak_page0_offset(page) : index << ss->page_shift);
 }
 
 // p is the start of a block of this page (not an interior or foreign pointer). Reads only
@@ -246,7 +256,7 @@ static inline int hak_page_contains_block(const hak_page *page, uintptr_t p) {
 // pointer into the header wraps around to a huge offset). Cheaper than the general form,
 // for the remote free path, which checks every block in full.
 static inline int hak_page_has_block_at(const hak_page *page, uintptr_t p) {
-    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : HAK_SS_HEADER_SIZE;
+    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : hak_page0_offset(page);
     unsigned shift = hak_superslab_of_page(page)->page_shift;
     uintptr_t offset = (p & (((uintptr_t)1 << shift) - 1)) - header;
     return page->in_use && offset < (uintptr_t)page->capacity * page->block_size &&

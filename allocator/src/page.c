@@ -9,11 +9,11 @@
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     hak_superslab *ss = hak_superslab_of_page(page);
     size_t index = (size_t)(page - ss->pages);
-    char *start = hak_page_start(page);
-    char *end = (char *)ss + ((index + 1) << ss->page_shift);
     uint32_t size = hak_class_block_size[cls], natural = size & (0u - size);
     page->block_size = size;
-    page->block_mask = (uint16_t)((natural < HAK_NATURAL_ALIGN ? natural : HAK_NATURAL_ALIGN) - 1);
+    page->block_mask = (uint16_t)((natural < 65536 ? natural : 65536) - 1);
+    char *start = hak_page_start(page); // after block_mask: page 0 starts at that alignment
+    char *end = (char *)ss + ((index + 1) << ss->page_shift);
     page->class_idx = (uint8_t)cls;
     page->capacity = (uint16_t)((size_t)(end - start) / size);
     hak_assert((size_t)(end - start) / size <= INT16_MAX); // `used` is 16 bits
@@ -34,9 +34,12 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes) {
     hak_assert(page->free == NULL);
     uint32_t left = page->capacity - page->reserved;
     if (left == 0) return 0;
-    // At least 4 blocks, so mid-pool pages (2..48 blocks) do not refill block by block.
+    // At least 4 blocks, so mid-pool pages (2..48 blocks) do not refill block by block; 8 on
+    // the larger pages of SmallObject v3 (8-64 blocks of 8-256 KiB: mid_large_mt1 needs 1.5
+    // fewer instructions per operation than with 4).
     uint32_t count = max_bytes / page->block_size;
-    if (count < 4) count = 4;
+    uint32_t least = hak_superslab_of_page(page)->page_kind == HAK_KIND_SMALL ? 4 : 8;
+    if (count < least) count = least;
     if (count > left) count = left;
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
     char *p = first;

@@ -252,7 +252,7 @@ static inline __attribute__((always_inline)) void
 free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t slot_mask) {
     // p's offset from the page's first block (page 0 starts after the superslab header; a
     // pointer into the header wraps around to a huge offset).
-    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : HAK_SS_HEADER_SIZE;
+    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : hak_page0_offset(page);
     uintptr_t offset = ((uintptr_t)p & slot_mask) - header;
     if (HAK_UNLIKELY(!page->in_use || offset >= (uintptr_t)page->capacity * page->block_size ||
                      (uint32_t)offset % page->block_size != 0))

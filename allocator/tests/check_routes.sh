@@ -56,6 +56,19 @@ expect_paths() {
     fi
 }
 
+# expect_field "ENV" GROUP KEY VALUE : that stats field must be exactly VALUE
+expect_field() {
+    local stats value
+    next_case
+    stats=$(run_case "$1")
+    value=$(field "$stats" "$2" "$3")
+    if [ -e "$stats.err" ] || [ "$value" != "$4" ]; then
+        report FAIL "'$1': $2 $3=$value, expected $4"
+    else
+        report PASS "'$1' -> $2 $3=$4"
+    fi
+}
+
 # expect_os "ENV" "KEYS" : the sum of these SS_OS_STATS keys must be > 0
 expect_os() {
     local stats key sum=0 value
@@ -83,6 +96,13 @@ expect_paths "HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_SMALL_HEAP_V3_ENABLED=1" "SMALL_HE
 expect_paths "HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_TINY_HOTHEAP_V2=1" \
     "TINY_HEAP_STATS HOTHEAP_V2_STATS"
 expect_paths "HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_TINY_HOTHEAP_CLASSES=0" "TINY_HEAP_STATS"
+# SmallObject v3's mask covers the mid groups M0..M7 (bits 8-15): v3 on the mid sizes alone
+# must engage, and report exactly those classes.
+expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
+    "SMALL_HEAP_V3_STATS"
+expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
+    SMALL_HEAP_V3_STATS classes 65280
+expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1" SMALL_HEAP_V3_STATS classes 65535
 expect_os "HAKMEM_SS_MEM_LEAN=1" madvise
 expect_os "HAKMEM_SS_HUGEPAGE_EXPERIMENT=1" "huge_alloc huge_fail"
 
