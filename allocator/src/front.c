@@ -2,11 +2,10 @@
 // shares the two inline fast paths (pop heap->direct[cls], push page->local_free) and this one
 // slow-path skeleton; a front is a policy, four numbers in the table below, not a copy of the
 // code:
-//   carve_bytes   how much of a page is linked into its free list at once (at least 4
-//                 blocks): a small step never touches (faults in) the rest of a page that
-//                 holds few live blocks; a whole page costs one slow path instead of many
-//   scan_limit    how many pages of the class queue a refill looks at before it asks the
-//                 backend for memory (adopt an abandoned superslab, or a fresh page)
+//   carve_bytes   how much of a page is linked into its free list at once, and
+//   carve_blocks  at least how many blocks: a small step never touches (faults in) the rest
+//                 of a page that holds few live blocks; a whole page costs one slow path
+//                 instead of many
 //   max_spare     empty pages kept per class instead of given back (already carved, reused
 //                 first, never through the superslab)
 //   sized_pages   pages sized per class: 64 KiB up to 8 KiB blocks, 512 KiB up to 64 KiB,
@@ -19,7 +18,7 @@
 //   HotHeap v2     up to 2 empty pages per class retained: a live set that breathes over a
 //                  few pages reuses them without the superslab and without re-carving
 //   SmallObject v3 one hot box from 8 B to 256 KiB: pages sized to the class (so a mid page
-//                  holds 7-64 blocks instead of 2-8), a bounded refill scan, 16 KiB carve
+//                  holds 7-64 blocks instead of 2-8), classes past 32 KiB; legacy's carve
 #include "internal.h"
 
 // A retained page carries no live block, so it leaves the free fast path (local_owner NULL): a
@@ -45,39 +44,39 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
     return page;
 }
 
-// The direct page of `cls` has no free block: the class queue (bounded by the front's scan
-// limit), then a retained empty page, then the backend (adopt, fresh page). Inlined into one
+// The direct page of `cls` has no free block: the class queue, then a retained empty page,
+// then the backend (adopt, fresh page). Inlined into one
 // function per front (below), so that each runs with its policy's numbers as constants.
 static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, unsigned cls,
                                                               const hak_front *front) {
     hak_page *current = heap->direct[cls];
     hak_heap_slow_entry(heap);
-    hak_page *page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->scan_limit);
+    hak_page *page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
     if (!page && front->max_spare && heap->spare[cls]) page = reuse_empty_page(heap, cls);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
         hak_heap_need_memory(heap);
         if (hak_heap_adopt(heap))
-            page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->scan_limit);
-        if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes);
+            page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
+        if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks);
         if (!page) return NULL;
     }
     if (page != current) HAK_HOT_STAT(heap, refill, cls);
     return hak_page_pop(page);
 }
 
-// One row per front: name, carve_bytes, scan_limit, max_spare, sized_pages. Fronts are
-// compared by address (route.c, stats.c).
-#define HAK_FRONT(id, name, carve, scan, spare, sized)                                             \
+// One row per front: name, carve_bytes, carve_blocks, max_spare, sized_pages.
+// Fronts are compared by address (route.c, stats.c).
+#define HAK_FRONT(id, name, carve, blocks, spare, sized)                                           \
     static void *id##_alloc_slow(hak_heap *heap, unsigned cls);                                    \
-    const hak_front hak_front_##id = {name, id##_alloc_slow, carve, scan, spare, sized};           \
+    const hak_front hak_front_##id = {name, id##_alloc_slow, carve, blocks, spare, sized};         \
     static void *id##_alloc_slow(hak_heap *heap, unsigned cls) {                                   \
         return alloc_slow(heap, cls, &hak_front_##id);                                             \
     }
-HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, ~0u, 0, 0)
-HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, ~0u, 0, 0)
-HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, ~0u, 2, 0)
-HAK_FRONT(smallheap_v3, "smallheap_v3", 16 * 1024, 4, 0, 1)
+HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)
+HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)
+HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, 4, 2, 0)
+HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 0, 1)
 
 // An owner free that missed the fast path: the page is on the full list (or the debug build
 // checks every free here).

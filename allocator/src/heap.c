@@ -315,10 +315,11 @@ void hak_heap_install_page(hak_heap *heap, hak_page *page) {
     heap->direct[page->class_idx] = page;
 }
 
-hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes) {
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
+                            uint32_t carve_blocks) {
     hak_page *page = fresh_page(heap, cls);
     if (!page) return NULL;
-    hak_page_extend(page, carve_bytes);
+    hak_page_extend(page, carve_bytes, carve_blocks);
     hak_heap_install_page(heap, page);
     return page;
 }

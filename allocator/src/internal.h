@@ -129,8 +129,8 @@ typedef struct hak_page_queue {
 typedef struct hak_front {
     const char *name;
     void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
-    uint32_t carve_bytes; // carved into a page's free list at once (at least 4 blocks)
-    uint32_t scan_limit;  // class-queue pages a refill looks at before asking the backend
+    uint32_t carve_bytes;  // carved into a page's free list at once,
+    uint32_t carve_blocks; // at least this many blocks
     uint8_t max_spare;    // empty pages retained per class
     uint8_t sized_pages;  // pages sized per class, classes up to 256 KiB (route.c)
 } hak_front;
@@ -295,7 +295,7 @@ void hak_os_fork_child(void);
 #define HAK_CARVE_STEP_DEFAULT 4096
 #define HAK_CARVE_WHOLE_PAGE   ((uint32_t)HAK_SS_SIZE) // capped by the page's capacity
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
-int hak_page_extend(hak_page *page, uint32_t max_bytes);
+int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 // The same, with the common case inline: no flag set (the page is not on its owner's full
@@ -339,7 +339,7 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 // Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
 // each front's slow path compiles with its own constants and no extra call level):
 //   free_delayed   owner-free the blocks other threads pushed onto delayed_free
-//   scan_queue     walk the class queue from its head, at most scan_limit pages: collect each,
+//   scan_queue     walk the class queue from its head: collect each page,
 //                  carve up to carve_bytes into an exhausted free list, park pages with nothing
 //                  left on the full list; the first page with a free block becomes the head and
 //                  the direct page (returned), or NULL
@@ -355,7 +355,8 @@ void hak_heap_flush_remote(hak_heap *heap);
 int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
 int hak_heap_adopt(hak_heap *heap);
-hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes);
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
+                            uint32_t carve_blocks);
 void hak_heap_install_page(hak_heap *heap, hak_page *page);
 void hak_heap_detach_page(hak_heap *heap, hak_page *page);
 void hak_heap_release_page(hak_heap *heap, hak_page *page);
@@ -393,10 +394,10 @@ static inline void hak_heap_need_memory(hak_heap *heap) {
 }
 
 static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
-                                            unsigned scan_limit) {
+                                            uint32_t carve_blocks) {
     hak_page_queue *q = &heap->queue[cls];
     hak_page *next, *carvable = NULL, *found = NULL;
-    for (hak_page *page = q->first; page && scan_limit; page = next, scan_limit--) {
+    for (hak_page *page = q->first; page; page = next) {
         next = page->next;
         hak_page_collect(page);
         if (page->free) {
@@ -411,7 +412,8 @@ static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32
             break;
         }
     }
-    if (!found && carvable && hak_page_extend(carvable, carve_bytes)) found = carvable;
+    if (!found && carvable && hak_page_extend(carvable, carve_bytes, carve_blocks))
+        found = carvable;
     if (found) {
         if (found != q->first) hak_heap_move_to_front(heap, found);
         heap->direct[cls] = found;

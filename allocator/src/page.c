@@ -27,19 +27,18 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
 }
 
-// Carves the next blocks, at most max_bytes of them, into `free` (which must be empty). A
-// step smaller than the page means a page that only ever holds a few blocks never touches
-// (faults in) the rest of its 64 KiB. Returns 0 if the page is used up.
-int hak_page_extend(hak_page *page, uint32_t max_bytes) {
+// Carves the next blocks, at most max_bytes of them but at least min_blocks (8 on medium and
+// big pages, whose blocks are 8-256 KiB: mid_large_mt1 needs 1.5 fewer instructions per
+// operation than with 4), into `free` (which must be empty). A step smaller than the page
+// means a page that only ever holds a few blocks never touches (faults in) the rest of it.
+// Returns 0 if the page is used up.
+int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     hak_assert(page->free == NULL);
     uint32_t left = page->capacity - page->reserved;
     if (left == 0) return 0;
-    // At least 4 blocks, so mid-pool pages (2..48 blocks) do not refill block by block; 8 on
-    // the larger pages of SmallObject v3 (8-64 blocks of 8-256 KiB: mid_large_mt1 needs 1.5
-    // fewer instructions per operation than with 4).
     uint32_t count = max_bytes / page->block_size;
-    uint32_t least = hak_superslab_of_page(page)->page_kind == HAK_KIND_SMALL ? 4 : 8;
-    if (count < least) count = least;
+    if (hak_superslab_of_page(page)->page_kind != HAK_KIND_SMALL && min_blocks < 8) min_blocks = 8;
+    if (count < min_blocks) count = min_blocks;
     if (count > left) count = left;
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
     char *p = first;
