@@ -99,7 +99,7 @@ expect_paths "$off HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_TINY_HOTHEAP_V2=1" \
     "TINY_HEAP_STATS HOTHEAP_V2_STATS"
 expect_paths "$off HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_TINY_HOTHEAP_CLASSES=0" "TINY_HEAP_STATS"
 # The profile C6_HEAVY: classes 6 and 7 on TinyHeap, the rest on v3.
-expect_paths "HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff3f" \
+expect_paths "HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_SMALL_HEAP_V3_CLASSES=0x1f3f" \
     "TINY_HEAP_STATS SMALL_HEAP_V3_STATS"
 # SmallObject v3's mask covers the mid groups M0..M7 (bits 8-15): v3 on the mid sizes alone
 # must engage, and report exactly those classes.
@@ -108,7 +108,7 @@ expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_SMALL_HEAP_V3_CLASSES=0xff0
 expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
     SMALL_HEAP_V3_STATS classes 65280
 expect_field "HAKMEM_SMALL_HEAP_V3_CLASSES=0xffff" SMALL_HEAP_V3_STATS classes 65535
-expect_field "" SMALL_HEAP_V3_STATS classes 65407 # the default: all but C7
+expect_field "" SMALL_HEAP_V3_STATS classes 8063 # the default 0x1f7f: up to 32 KiB, all but C7
 expect_os "HAKMEM_SS_MEM_LEAN=1" madvise
 expect_os "HAKMEM_SS_HUGEPAGE_EXPERIMENT=1" "huge_alloc huge_fail"
 
