@@ -245,8 +245,9 @@ def test_page_slots_purged_at_once_fail_the_gate_on_faults_not_instructions(tmp_
     # LEGACY is not a shipping profile: a copy of the matrix gates it
     matrix = tmp_path / "legacy_gate.toml"
     shipped = (repo_root / "profiles" / "matrices" / "scorecard.toml").read_text()
-    assert 'profiles = ["C7_SAFE", "BALANCED"]' in shipped
-    matrix.write_text(shipped.replace('profiles = ["C7_SAFE", "BALANCED"]', 'profiles = ["LEGACY"]'))
+    shipping = 'profiles = ["C7_SAFE", "BALANCED"]'
+    assert shipping in shipped
+    matrix.write_text(shipped.replace(shipping, 'profiles = ["LEGACY"]'))
     narrow = ("--matrix", str(matrix), "-p", "LEGACY", "-w", "mid_large_mt1")
     narrow += ("--results", str(tmp_path))
     base = hakbench("gate", "--refresh", *narrow, cwd=repo_root)
