@@ -3,8 +3,9 @@
 //   full        pages with no free block; they leave the free fast path (local_owner = NULL).
 //               The first remote free into one goes to delayed_free instead (see page.c), so
 //               the owner learns about it without ever scanning this list.
-//   superslabs  owned regions; fresh pages come from the first, and a superslab with a free
-//               slot is moved first when the first is full
+//   superslabs  owned regions, one list per page kind (small, medium, big pages); fresh pages
+//               come from the first, and a superslab with a free slot is moved first when the
+//               first is full
 // Heap structs come from a pool and are never unmapped.
 #include <pthread.h>
 #include <sched.h>
@@ -115,7 +116,7 @@ void hak_heap_free_delayed_blocks(hak_heap *heap) {
         hak_superslab *ss = hak_superslab_of((uintptr_t)block);
         hak_page *page = hak_page_of(ss, (uintptr_t)block);
         if (page->block_size >= 16) ((uintptr_t *)block)[1] = 0; // the remote-free key
-        heap->route[page->class_idx]->free_local_slow(heap, page, block);
+        hak_front_free_local(heap, page, block);
         block = next;
     }
 }
@@ -124,28 +125,34 @@ static void unlink_superslab(hak_heap *heap, hak_superslab *ss) {
     if (ss->prev)
         ss->prev->next = ss->next;
     else
-        heap->superslabs = ss->next;
+        heap->superslabs[ss->page_kind] = ss->next;
     if (ss->next) ss->next->prev = ss->prev;
+}
+
+static void push_superslab(hak_heap *heap, hak_superslab *ss) {
+    hak_superslab **list = &heap->superslabs[ss->page_kind];
+    atomic_store_explicit(&ss->owner, heap, memory_order_seq_cst);
+    ss->prev = NULL;
+    ss->next = *list;
+    if (*list) (*list)->prev = ss;
+    *list = ss;
 }
 
 void hak_heap_release_page(hak_heap *heap, hak_page *page) {
     hak_superslab *ss = (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
     hak_superslab_page_free(ss, page);
-    if (ss->pages_in_use == 0 && !(ss == heap->superslabs && ss->next == NULL)) {
-        // Empty and not the heap's only superslab: give it back to the OS policy.
+    hak_superslab *first = heap->superslabs[ss->page_kind];
+    if (ss->pages_in_use == 0 && !(ss == first && ss->next == NULL)) {
+        // Empty and not the heap's only superslab of its kind: back to the OS policy.
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
         return;
     }
     hak_os_page_slot_freed(heap, ss);
-    if (ss != heap->superslabs) {
+    if (ss != first) {
         // It has a free slot now: move it first, where fresh pages are taken from.
-        ss->prev->next = ss->next;
-        if (ss->next) ss->next->prev = ss->prev;
-        ss->prev = NULL;
-        ss->next = heap->superslabs;
-        heap->superslabs->prev = ss;
-        heap->superslabs = ss;
+        unlink_superslab(heap, ss);
+        push_superslab(heap, ss);
     }
 }
 
@@ -162,7 +169,7 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
     if (page == heap->direct[page->class_idx]) return;
     hak_page_verify_empty(page);
-    heap->route[page->class_idx]->page_emptied(heap, page);
+    hak_front_page_emptied(heap, page);
 }
 
 // An owner free brought `used` to 0 or below: below is a double free (block went onto
@@ -172,20 +179,12 @@ void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
     hak_heap_page_emptied(heap, page);
 }
 
-static void push_superslab(hak_heap *heap, hak_superslab *ss) {
-    atomic_store_explicit(&ss->owner, heap, memory_order_seq_cst);
-    ss->prev = NULL;
-    ss->next = heap->superslabs;
-    if (heap->superslabs) heap->superslabs->prev = ss;
-    heap->superslabs = ss;
-}
-
 // Takes over a superslab an exited thread left with live blocks: every page joins this heap.
 int hak_heap_adopt(hak_heap *heap) {
     hak_superslab *ss = hak_superslab_pop_abandoned();
     if (!ss) return 0;
     push_superslab(heap, ss);
-    for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+    for (unsigned i = 0; i < ss->page_count; i++) {
         hak_page *page = &ss->pages[i];
         if (!page->in_use) continue;
         hak_page_set_local_owner(page, heap);
@@ -207,7 +206,8 @@ int hak_heap_adopt(hak_heap *heap) {
 }
 
 static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
-    hak_superslab *ss = heap->superslabs;
+    unsigned kind = hak_class_kind[cls];
+    hak_superslab *ss = heap->superslabs[kind];
     if (ss && !ss->free_page_mask) {
         // The first superslab is full: use any other with a free slot before mapping more.
         for (ss = ss->next; ss && !ss->free_page_mask; ss = ss->next) {
@@ -216,12 +216,12 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
             unlink_superslab(heap, ss);
             push_superslab(heap, ss);
         } else {
-            ss = heap->superslabs;
+            ss = heap->superslabs[kind];
         }
     }
     hak_page *page = ss ? hak_superslab_page_alloc(ss) : NULL;
     if (!page) {
-        ss = hak_superslab_acquire(heap);
+        ss = hak_superslab_acquire(heap, kind);
         if (!ss) return NULL;
         push_superslab(heap, ss);
         page = hak_superslab_page_alloc(ss);
@@ -230,34 +230,51 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
     return page;
 }
 
-// A free into another heap's page: batched per page. The blocks stay counted as used by
-// their page until flushed, so the page cannot be recycled meanwhile; a run ends when a free
-// goes to a different page, when this thread enters an allocation slow path, and at thread
-// exit. So a batch holds at most one page, and not for longer than this thread's next refill.
-// (No bound on its length: a batch of any length keeps exactly that one page from emptying,
-// and a count would cost every remote free an increment and a compare.)
-void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block) {
-    if (page != heap->remote_page) {
-        hak_heap_flush_remote(heap);
-        heap->remote_page = page;
-        heap->remote_last = block;
+// A free into another heap's page (owner: its superslab's owner, NULL if abandoned), when it
+// does not continue this thread's current run (wrappers.c links those inline): the run so far
+// goes to its page with one CAS, and a new run starts with this block. The blocks of a run stay
+// counted as used by their page until pushed, so the page cannot be recycled meanwhile; a run
+// ends when a free goes to another page, when this thread enters an allocation slow path, and
+// at thread exit. So a batch holds at most one page, and not for longer than this thread's
+// next refill. (No bound on its length: a batch of any length keeps exactly that one page
+// from emptying, and a count would cost every remote free an increment and a compare.)
+// A free into another heap's page (owner: its superslab's owner, NULL if abandoned) that does
+// not continue this thread's current run, in the cases the inline path (wrappers.c:
+// free_remote) leaves here: a thread without a heap, a run ending on a page with a flag set, a
+// run into an abandoned superslab. The run so far goes to its page, and a new run starts with
+// this block. The blocks of a run stay counted as used by their page until pushed, so the page
+// cannot be recycled meanwhile; a run ends when a free goes to another page, when this thread
+// enters an allocation slow path, and at thread exit. So a batch holds at most one page, and
+// not for longer than this thread's next refill. (No bound on its length: a batch of any
+// length keeps exactly that one page from emptying, and a count would cost every remote free
+// an increment and a compare.)
+void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block) {
+    // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
+    // destructor flushes it.
+    if (heap == &hak_heap_empty && !(heap = hak_thread_init())) {
+        hak_page_free_remote(page, block, block);
+        return;
     }
-    block->next = heap->remote_first;
-    heap->remote_first = block;
+    HAK_HOT_STAT(heap, free, page->class_idx);
+    HAK_HOT_STAT(heap, remote_free, page->class_idx);
+    hak_heap_flush_remote(heap);
+    heap->remote_page = page;
+    heap->remote_first = heap->remote_last = block;
+    if (!owner) hak_heap_note_abandoned_free(heap);
 }
 
 void hak_heap_flush_remote(hak_heap *heap) {
     if (!heap->remote_page) return;
-    hak_page_free_remote(heap->remote_page, heap->remote_first, heap->remote_last);
+    hak_page_push_remote(heap->remote_page, heap->remote_first, heap->remote_last);
     heap->remote_page = NULL;
     heap->remote_first = heap->remote_last = NULL;
 }
 
-// A remote free went into an abandoned superslab. Every HAK_ABANDONED_FREES_PER_VISIT of them
-// this thread visits two abandoned superslabs (its own batch flushed first, so a page it just
-// emptied counts), so superslabs that only other threads still free into go back once empty
-// even if no thread needs a page and adopts them (a thread that frees what exited threads
-// left, then idles or exits).
+// A run of remote frees into an abandoned superslab started. Every
+// HAK_ABANDONED_FREES_PER_VISIT of them this thread visits two abandoned superslabs (its own batch
+// flushed first, so a page it just emptied counts), so superslabs that only other threads still
+// free into go back once empty even if no thread needs a page and adopts them (a thread that frees
+// what exited threads left, then idles or exits).
 #define HAK_ABANDONED_FREES_PER_VISIT 256
 void hak_heap_note_abandoned_free(hak_heap *heap) {
     if (++heap->abandoned_frees < HAK_ABANDONED_FREES_PER_VISIT) return;
@@ -298,10 +315,11 @@ void hak_heap_install_page(hak_heap *heap, hak_page *page) {
     heap->direct[page->class_idx] = page;
 }
 
-hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes) {
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
+                            uint32_t carve_blocks) {
     hak_page *page = fresh_page(heap, cls);
     if (!page) return NULL;
-    hak_page_extend(page, carve_bytes);
+    hak_page_extend(page, carve_bytes, carve_blocks);
     hak_heap_install_page(heap, page);
     return page;
 }
@@ -329,10 +347,16 @@ hak_heap *hak_heap_create(void) {
         heaps_chunk_left = heaps_chunk_left >= step ? heaps_chunk_left - step : 0;
     }
     memset(heap, 0, sizeof *heap);
-    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
+    for (unsigned c = 0; c <= HAK_CLASS_NONE; c++)
         heap->direct[c] = &hak_page_empty;
     for (size_t n = 0; n <= HAK_TINY_MAX; n++)
         heap->class_of_size[n] = (uint8_t)hak_tiny_class_of(n);
+    // Index i covers sizes (256 (i - 1), 256 i]; class boundaries are multiples of 256 B.
+    for (size_t i = 0; i < HAK_MID_INDEX_COUNT; i++) {
+        size_t n = i * 256;
+        heap->class_of_mid[i] =
+            n <= HAK_TINY_MAX || n > hak_small_max ? HAK_CLASS_NONE : (uint8_t)hak_mid_class_of(n);
+    }
     heap->next_live = heaps_live;
     if (heaps_live) heaps_live->prev_live = heap;
     heaps_live = heap;
@@ -349,26 +373,12 @@ static void abandon_page(hak_page *page) {
     hak_page_clear_full(page);
 }
 
-// Thread exit: no new notifications (FULL cleared, notifiers in flight waited for), delayed
-// blocks freed, then empty pages go back to their superslabs, empty superslabs to the OS
-// policy, superslabs with live blocks to the abandoned list; the struct is kept for the next
-// thread.
-void hak_heap_destroy(hak_heap *heap) {
-    hak_heap_flush_remote(heap);
-    hak_superslab_reclaim_abandoned(2);
-    for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next) {
-        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
-            hak_page *page = &ss->pages[i];
-            if (!page->in_use) continue;
-            hak_page_clear_full(page);
-            while (atomic_load(&page->xthread_free) & HAK_XT_NOTIFYING)
-                sched_yield();
-        }
-    }
-    hak_heap_free_delayed(heap);
-    for (hak_superslab *ss = heap->superslabs, *next_ss; ss; ss = next_ss) {
+// Thread exit, one list of superslabs: empty pages back to their superslab, empty superslabs to
+// the OS policy, the others to the abandoned list.
+static void abandon_superslabs(hak_superslab *ss) {
+    for (hak_superslab *next_ss; ss; ss = next_ss) {
         next_ss = ss->next;
-        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+        for (unsigned i = 0; i < ss->page_count; i++) {
             hak_page *page = &ss->pages[i];
             if (!page->in_use) continue;
             hak_page_collect(page);
@@ -382,6 +392,27 @@ void hak_heap_destroy(hak_heap *heap) {
         else
             hak_superslab_abandon(ss);
     }
+}
+
+// Thread exit: no new notifications (FULL cleared, notifiers in flight waited for), delayed
+// blocks freed, then empty pages go back to their superslabs, empty superslabs to the OS
+// policy, superslabs with live blocks to the abandoned list; the struct is kept for the next
+// thread.
+void hak_heap_destroy(hak_heap *heap) {
+    hak_heap_flush_remote(heap);
+    hak_superslab_reclaim_abandoned(2);
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
+            for (unsigned i = 0; i < ss->page_count; i++) {
+                hak_page *page = &ss->pages[i];
+                if (!page->in_use) continue;
+                hak_page_clear_full(page);
+                while (atomic_load(&page->xthread_free) & HAK_XT_NOTIFYING)
+                    sched_yield();
+            }
+    hak_heap_free_delayed(heap);
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        abandon_superslabs(heap->superslabs[kind]);
     hak_large_trim(); // lean policy: cached large regions go back when a thread exits
     hak_stats_merge_heap(heap);
     pthread_mutex_lock(&heaps_lock);
@@ -415,7 +446,8 @@ void hak_heap_fork_child(void) {
     pthread_mutex_init(&heaps_lock, NULL);
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) return;
-    for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next)
-        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++)
-            atomic_fetch_and(&ss->pages[i].xthread_free, ~HAK_XT_NOTIFYING);
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
+            for (unsigned i = 0; i < ss->page_count; i++)
+                atomic_fetch_and(&ss->pages[i].xthread_free, ~HAK_XT_NOTIFYING);
 }

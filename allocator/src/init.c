@@ -15,7 +15,7 @@
 #include "options.h"
 
 hak_page hak_page_empty; // never written: free == NULL and local_owner == NULL forever
-const hak_heap hak_heap_empty = {.direct = {[0 ... HAK_CLASS_COUNT - 1] = &hak_page_empty}};
+const hak_heap hak_heap_empty = {.direct = {[0 ... HAK_CLASS_NONE] = &hak_page_empty}};
 // Every thread starts on the empty heap, so its first malloc just finds an empty free list and
 // lands in the slow path, which creates the real heap: no "initialised?" test on the fast path.
 __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))) =
@@ -40,6 +40,7 @@ void hak_process_init(void) {
     pthread_mutex_lock(&init_lock);
     if (!atomic_load_explicit(&options_ready, memory_order_relaxed)) {
         hak_options_init();
+        hak_route_init();
         // The kernel's 16 random bytes for this process (AT_RANDOM); odd, so never 0.
         const void *random_bytes = (const void *)getauxval(AT_RANDOM);
         uintptr_t key = (uintptr_t)&init_lock;

@@ -2,9 +2,11 @@
 // the hot paths need (pointer -> superslab -> page by address arithmetic).
 //
 //   superslab  2 MiB, 2 MiB-aligned region. Its first 4 KiB hold the header (this struct, with
-//              the page descriptors); the rest is split into 32 slabs of 64 KiB, one "page"
-//              each (page 0 is 60 KiB because the header sits in front of it). A superslab is
-//              owned by one heap (thread); all its pages belong to that heap.
+//              the page descriptors); the rest is split into pages of one size, by its kind:
+//              32 pages of 64 KiB (small), 4 of 512 KiB (medium) or 1 of 2 MiB (big); page 0
+//              is 4 KiB shorter because the header sits in front of it. The registry byte of
+//              its 2 MiB says the kind, so free() finds the descriptor by shift and mask. A
+//              superslab is owned by one heap (thread); all its pages belong to that heap.
 //   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
@@ -36,13 +38,13 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_SS_SHIFT       21
 #define HAK_SS_SIZE        ((size_t)1 << HAK_SS_SHIFT)
 #define HAK_SS_MASK        (HAK_SS_SIZE - 1)
-#define HAK_PAGE_SHIFT     16
+#define HAK_PAGE_SHIFT     16 // small pages; medium and big pages: HAK_KIND_*_SHIFT
 #define HAK_PAGE_SIZE      ((size_t)1 << HAK_PAGE_SHIFT)
-#define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE)
+#define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE) // descriptors in a header (small)
 #define HAK_SS_HEADER_SIZE 4096
 #define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
 #define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
-#define HAK_NATURAL_ALIGN  4096 // every page starts 4 KiB-aligned
+#define HAK_NATURAL_ALIGN  4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this (aligned_alloc)
 
 typedef struct hak_block {
     struct hak_block *next;
@@ -68,12 +70,16 @@ typedef struct hak_page {
     _Atomic(struct hak_heap *) local_owner;
     // Blocks handed out, including those in xthread_free. Signed: a double free that takes it
     // below zero lands on the fast path's "emptied" branch (`--used <= 0`), which reports it.
-    int32_t used;
-    uint16_t block_size;
-    // Low bits a block address must not have: the block size's power-of-two part minus one (all
-    // of an interior offset of a tiny block, the low 8+ bits of a mid block's). The free fast
-    // path tests them, so free(p + 1) or free(p + 16) never reaches a free list.
+    // 16 bits: a page holds at most 8,192 blocks (8 B blocks in 64 KiB; larger pages hold only
+    // classes above 8 KiB).
+    int16_t used;
+    // Low bits a block address must not have: the block size's power-of-two part (at most
+    // 64 KiB) minus one: all of an interior offset of a tiny block, the low 8+ bits of a mid
+    // block's. The free fast path tests them, so free(p + 1) or free(p + 16) never reaches a
+    // free list. Blocks are aligned that far: pages start at multiples of 64 KiB, and page 0
+    // after the header at that alignment (hak_page_first_offset).
     uint16_t block_mask;
+    uint32_t block_size;
     // Cold.
     _Atomic uintptr_t xthread_free; // remote frees: block list | HAK_XT_* flags
     struct hak_page *next, *prev;   // heap queue or full list
@@ -88,9 +94,18 @@ _Static_assert(sizeof(hak_page) == 64, "page descriptors are indexed by shift");
 
 enum hak_ss_kind { HAK_SS_FREE = 0, HAK_SS_SMALL = 1 };
 
+// Page geometry: which pages a superslab is cut into. A class's kind is fixed per process by
+// its route (route.c: hak_class_kind); each heap keeps one superslab list per kind.
+enum { HAK_KIND_SMALL = 0, HAK_KIND_MEDIUM = 1, HAK_KIND_BIG = 2, HAK_KIND_COUNT = 3 };
+#define HAK_KIND_MEDIUM_SHIFT 19 // 512 KiB pages, 4 per superslab
+#define HAK_KIND_BIG_SHIFT    21 // one 2 MiB page
+
 typedef struct hak_superslab {
     hak_page pages[HAK_PAGES_PER_SS];
     uint32_t kind;
+    uint8_t page_kind;  // HAK_KIND_*
+    uint8_t page_shift; // log2 of its page size
+    uint8_t page_count; // pages in it (32, 4 or 1)
     uint32_t pages_in_use;
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
@@ -107,27 +122,32 @@ typedef struct hak_page_queue {
     hak_page *first, *last;
 } hak_page_queue;
 
-// The seam for alternative front paths (issue #4): each class is routed to a front, latched
-// into heap->route[] once at thread init. The shared fast path pops heap->direct[cls]; when that
-// page is empty, alloc_slow of the class's front runs. Owner frees that miss the fast path
-// (page full, or not managed by the direct pages at all) go to free_local_slow. A page other
-// than the class's current one whose last block comes back goes to page_emptied (the front's
-// retention policy).
+// A front path (front.c): the policy of the slow paths of the classes routed to it, latched
+// into heap->route[] once at thread init. The shared fast path pops heap->direct[cls]; when
+// that page is empty, the front's alloc_slow runs: the one skeleton in front.c, compiled with
+// the front's numbers.
 typedef struct hak_front {
     const char *name;
     void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
-    void (*free_local_slow)(struct hak_heap *heap, hak_page *page, hak_block *block);
-    void (*page_emptied)(struct hak_heap *heap, hak_page *page);
+    uint32_t carve_bytes;  // carved into a page's free list at once,
+    uint32_t carve_blocks; // at least this many blocks
+    uint8_t max_spare;    // empty pages retained per class
+    uint8_t sized_pages;  // pages sized per class, classes up to 256 KiB (route.c)
 } hak_front;
 
 #include "stats.h"
 
 typedef struct hak_heap {
-    hak_page *direct[HAK_CLASS_COUNT]; // page malloc pops from; &hak_page_empty if none
+    // Page malloc pops from; &hak_page_empty if none. The extra entry, HAK_CLASS_NONE, stays
+    // empty forever: the mid sizes this process does not serve (hak_small_max) map to it, so
+    // the fast path sends them to the slow path, which makes them large.
+    hak_page *direct[HAK_CLASS_COUNT + 1];
     // Size -> tiny class, indexed by the size itself (a copy per heap, so the malloc fast path
     // needs neither a table address from the GOT nor a shift). All zero in hak_heap_empty:
     // every size then finds class 0's empty page and goes to the slow path.
     uint8_t class_of_size[HAK_TINY_MAX + 1];
+    // Mid size -> class, indexed by HAK_MID_INDEX(n) (HAK_CLASS_NONE above hak_small_max).
+    uint8_t class_of_mid[HAK_MID_INDEX_COUNT];
     const hak_front *route[HAK_CLASS_COUNT];
     hak_page_queue queue[HAK_CLASS_COUNT]; // pages that may have free blocks; first = direct
     hak_page *full;                        // pages without free blocks (all classes)
@@ -136,7 +156,7 @@ typedef struct hak_heap {
     hak_page *spare[HAK_CLASS_COUNT];
     uint8_t spare_count[HAK_CLASS_COUNT];
     _Atomic(hak_block *) delayed_free; // remote frees into full pages (see page.c)
-    hak_superslab *superslabs;         // owned; fresh pages come from the first
+    hak_superslab *superslabs[HAK_KIND_COUNT]; // owned, per page kind; fresh pages from the first
     // Remote frees waiting to go to one page of another heap as a single chain (one CAS per
     // run of frees into the same page instead of one per block).
     hak_page *remote_page;
@@ -156,7 +176,14 @@ typedef struct hak_heap {
 #endif
 } hak_heap;
 
+#define HAK_CLASS_NONE HAK_CLASS_COUNT
+
 extern hak_page hak_page_empty;
+// The largest size served by a size class in this process (32 KiB, or up to 256 KiB with the
+// mid classes of SmallObject v3); larger ones are large blocks. Set once at process init.
+extern size_t hak_small_max;
+// Each class's page kind (HAK_KIND_*), set with the routes at process init.
+extern uint8_t hak_class_kind[HAK_CLASS_COUNT];
 extern const hak_heap hak_heap_empty;
 extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
@@ -166,7 +193,9 @@ extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))
 // from a foreign pointer before it reads any header. A byte rather than a bit: the test is one
 // load and compare on the free fast path, which follows HAK_REG_SMALL only.
 #define HAK_REGISTRY_SIZE (HAK_ADDRESS_LIMIT >> HAK_SS_SHIFT)
-enum { HAK_REG_NONE = 0, HAK_REG_SMALL = 1, HAK_REG_LARGE = 2 };
+// HAK_REG_MEDIUM and HAK_REG_BIG mark superslabs of 512 KiB and 2 MiB pages (the free fast
+// path takes the descriptor index from a different shift for them).
+enum { HAK_REG_NONE = 0, HAK_REG_SMALL = 1, HAK_REG_LARGE = 2, HAK_REG_MEDIUM = 3, HAK_REG_BIG = 4 };
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
 static inline unsigned hak_registry_get(uintptr_t p) {
@@ -186,20 +215,30 @@ static inline void hak_page_set_local_owner(hak_page *page, struct hak_heap *hea
     atomic_store_explicit(&page->local_owner, heap, memory_order_relaxed);
 }
 
+// The descriptor of the page p lies in (slow paths: the superslab's own geometry).
 static inline hak_page *hak_page_of(hak_superslab *ss, uintptr_t p) {
-    uintptr_t index = (p >> HAK_PAGE_SHIFT) & (HAK_PAGES_PER_SS - 1);
-    return (hak_page *)((char *)ss + index * sizeof(hak_page));
+    uintptr_t index = (p >> ss->page_shift) & (uintptr_t)(ss->page_count - 1);
+    return &ss->pages[index];
 }
 
 static inline hak_superslab *hak_superslab_of_page(const hak_page *page) {
     return (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
 }
 
-// The first block of a page: page 0 starts after the superslab header.
+// Where the first block of page 0 starts: after the superslab header, at the blocks' own
+// alignment (block_mask + 1), so that every block is aligned as block_mask says. (It costs no
+// block: the header takes a block's room from page 0 either way.) Other pages start at their
+// slot, a multiple of 64 KiB.
+static inline uintptr_t hak_page0_offset(const hak_page *page) {
+    uintptr_t align = (uintptr_t)page->block_mask + 1;
+    return align > HAK_SS_HEADER_SIZE ? align : HAK_SS_HEADER_SIZE;
+}
+
+// The first block of a page.
 static inline char *hak_page_start(const hak_page *page) {
     hak_superslab *ss = hak_superslab_of_page(page);
     size_t index = (size_t)(page - ss->pages);
-    return (char *)ss + (index == 0 ? HAK_SS_HEADER_SIZE : index * HAK_PAGE_SIZE);
+    return (char *)ss + (index == 0 ? hak_page0_offset(page) : index << ss->page_shift);
 }
 
 // p is the start of a block of this page (not an interior or foreign pointer). Reads only
@@ -209,23 +248,24 @@ static inline int hak_page_contains_block(const hak_page *page, uintptr_t p) {
     if (!page->in_use || p < start) return 0;
     uintptr_t offset = p - start;
     if (offset >= (uintptr_t)page->capacity * page->block_size) return 0;
-    return (uint32_t)offset % page->block_size == 0; // 32-bit: a page is 64 KiB
+    return (uint32_t)offset % page->block_size == 0; // 32-bit: a page is at most 2 MiB
 }
 
-// The same for a page found from p itself (hak_page_of), so p lies in the page's 64 KiB slot:
-// its offset from the first block is p's offset in the slot, less the header in page 0 (a
+// The same for a page found from p itself (hak_page_of), so p lies in the page's slot: its
+// offset from the first block is p's offset in the slot, less the header in page 0 (a
 // pointer into the header wraps around to a huge offset). Cheaper than the general form,
 // for the remote free path, which checks every block in full.
 static inline int hak_page_has_block_at(const hak_page *page, uintptr_t p) {
-    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : HAK_SS_HEADER_SIZE;
-    uintptr_t offset = (p & (HAK_PAGE_SIZE - 1)) - header;
+    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : hak_page0_offset(page);
+    unsigned shift = hak_superslab_of_page(page)->page_shift;
+    uintptr_t offset = (p & (((uintptr_t)1 << shift) - 1)) - header;
     return page->in_use && offset < (uintptr_t)page->capacity * page->block_size &&
            (uint32_t)offset % page->block_size == 0;
 }
 
 // --- superslab.c: regions, registry, page slots, abandoned superslabs
 void hak_registry_set(uintptr_t chunk, unsigned value);
-hak_superslab *hak_superslab_acquire(hak_heap *heap);
+hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind);
 void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
@@ -253,11 +293,23 @@ void hak_os_fork_child(void);
 // Carve steps: the legacy front carves a fresh page 4 KiB at a time (a page that holds few
 // blocks never faults in its whole 64 KiB); other fronts choose other steps.
 #define HAK_CARVE_STEP_DEFAULT 4096
-#define HAK_CARVE_WHOLE_PAGE   HAK_PAGE_SIZE
+#define HAK_CARVE_WHOLE_PAGE   ((uint32_t)HAK_SS_SIZE) // capped by the page's capacity
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
-int hak_page_extend(hak_page *page, uint32_t max_bytes);
+int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
+// The same, with the common case inline: no flag set (the page is not on its owner's full
+// list), one CAS. A flag sends the chain to hak_page_free_remote.
+static inline void hak_page_push_remote(hak_page *page, hak_block *first, hak_block *last) {
+    uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+    while (HAK_LIKELY(!(old & HAK_XT_FLAGS))) {
+        last->next = (hak_block *)old;
+        if (atomic_compare_exchange_weak_explicit(&page->xthread_free, &old, (uintptr_t)first,
+                                                  memory_order_release, memory_order_relaxed))
+            return;
+    }
+    hak_page_free_remote(page, first, last);
+}
 void hak_page_clear_full(hak_page *page);
 // Asks to be told about the next remote free. Fails (returns 0) if remote frees are pending
 // or a notifier is busy: the caller must look at the page again later. A page leaving the
@@ -287,7 +339,7 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 // Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
 // each front's slow path compiles with its own constants and no extra call level):
 //   free_delayed   owner-free the blocks other threads pushed onto delayed_free
-//   scan_queue     walk the class queue from its head, at most scan_limit pages: collect each,
+//   scan_queue     walk the class queue from its head: collect each page,
 //                  carve up to carve_bytes into an exhausted free list, park pages with nothing
 //                  left on the full list; the first page with a free block becomes the head and
 //                  the direct page (returned), or NULL
@@ -303,7 +355,8 @@ void hak_heap_flush_remote(hak_heap *heap);
 int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
 int hak_heap_adopt(hak_heap *heap);
-hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes);
+hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
+                            uint32_t carve_blocks);
 void hak_heap_install_page(hak_heap *heap, hak_page *page);
 void hak_heap_detach_page(hak_heap *heap, hak_page *page);
 void hak_heap_release_page(hak_heap *heap, hak_page *page);
@@ -341,10 +394,10 @@ static inline void hak_heap_need_memory(hak_heap *heap) {
 }
 
 static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
-                                            unsigned scan_limit) {
+                                            uint32_t carve_blocks) {
     hak_page_queue *q = &heap->queue[cls];
     hak_page *next, *carvable = NULL, *found = NULL;
-    for (hak_page *page = q->first; page && scan_limit; page = next, scan_limit--) {
+    for (hak_page *page = q->first; page; page = next) {
         next = page->next;
         hak_page_collect(page);
         if (page->free) {
@@ -359,7 +412,8 @@ static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32
             break;
         }
     }
-    if (!found && carvable && hak_page_extend(carvable, carve_bytes)) found = carvable;
+    if (!found && carvable && hak_page_extend(carvable, carve_bytes, carve_blocks))
+        found = carvable;
     if (found) {
         if (found != q->first) hak_heap_move_to_front(heap, found);
         heap->direct[cls] = found;
@@ -384,23 +438,23 @@ static inline void *hak_page_pop(hak_page *page) {
     page->used++;
     return block;
 }
-void hak_heap_free_remote(hak_heap *heap, hak_page *page, hak_block *block);
+void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block);
 void hak_heap_note_abandoned_free(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
 void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);
 void hak_heap_fork_child(void);
 
-// --- route.c and front_*.c: class -> front table
+// --- route.c and front.c: class -> front table, the fronts' slow paths
 extern const hak_front hak_front_legacy;
 extern const hak_front hak_front_tinyheap;
 extern const hak_front hak_front_hotheap_v2;
 extern const hak_front hak_front_smallheap_v3;
 const hak_front *hak_route_for_class(unsigned cls);
 void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block);
-// The default page_emptied: take the page out of its queue and give it back to its superslab.
-void hak_front_release_page(hak_heap *heap, hak_page *page);
+void hak_front_page_emptied(hak_heap *heap, hak_page *page);
 void hak_route_latch(hak_heap *heap);
+void hak_route_init(void);
 void hak_route_print(void);
 
 // --- large.c

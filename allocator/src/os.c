@@ -117,8 +117,7 @@ hak_superslab *hak_os_superslab_get(void) {
         ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
         if (!ss) return NULL;
     }
-    hak_registry_set((uintptr_t)ss, HAK_REG_SMALL);
-    return ss;
+    return ss; // registered by hak_superslab_acquire, with its page kind
 }
 
 // Superslabs the cache may hold under the current policy.
@@ -184,9 +183,10 @@ void hak_os_superslab_put(hak_superslab *ss) {
 static uint32_t slots_beyond_floor(const hak_superslab *ss) {
     uint32_t dirty = ss->dirty_mask & ss->free_page_mask;
     if (!hak_option[HAK_OPT_SS_MEM_LEAN]) {
-        // More than HAK_DIRTY_SLOTS_MAX bits: some remain after clearing that many lowest
-        // ones (no popcount call: the build targets x86-64 without POPCNT).
-        for (unsigned i = 0; i < HAK_DIRTY_SLOTS_MAX; i++)
+        // More than the floor's bits: some remain after clearing that many lowest ones (no
+        // popcount call: the build targets x86-64 without POPCNT). The floor is
+        // HAK_DIRTY_SLOTS_MAX small pages (256 KiB), one medium page, no big page.
+        for (unsigned i = HAK_DIRTY_SLOTS_MAX >> (2 * ss->page_kind); i; i--)
             dirty &= dirty - 1;
     }
     return dirty;
@@ -243,13 +243,14 @@ void hak_os_purge_due(hak_heap *heap) {
     if (cache_next && now >= cache_next) cache_purge_due(now);
     if (!heap->purge_next_ns || now < heap->purge_next_ns) return;
     uint64_t next = 0;
-    for (hak_superslab *ss = heap->superslabs; ss; ss = ss->next) {
-        if (!ss->purge_due_ns) continue;
-        if (ss->purge_due_ns <= now)
-            hak_superslab_purge(ss); // clears purge_due_ns
-        else if (!next || ss->purge_due_ns < next)
-            next = ss->purge_due_ns;
-    }
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next) {
+            if (!ss->purge_due_ns) continue;
+            if (ss->purge_due_ns <= now)
+                hak_superslab_purge(ss); // clears purge_due_ns
+            else if (!next || ss->purge_due_ns < next)
+                next = ss->purge_due_ns;
+        }
     heap->purge_next_ns = next;
 }
 

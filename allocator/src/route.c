@@ -12,13 +12,16 @@
 #include "internal.h"
 #include "options.h"
 
-// Masks cover the tiny groups C0..C7 only (bit i = every class of group Ci); mid-pool classes
-// stay legacy.
-#define HAK_TINY_CLASS_MASK 0xffu
+// Masks: bit i = every class of tiny group Ci (C0..C7, bits 0-7), bit 8 + j = every class of
+// mid group Mj ((1, 2] KiB, (2, 4] KiB, ... (128, 256] KiB; bits 8-15).
+#define HAK_CLASS_MASK 0xffffu
+
+size_t hak_small_max = HAK_MID_MAX;
+uint8_t hak_class_kind[HAK_CLASS_COUNT];
 
 static unsigned tinyheap_mask(void) {
     long override = hak_option[HAK_OPT_TINY_HEAP_CLASSES];
-    if (override >= 0) return (unsigned) override & HAK_TINY_CLASS_MASK;
+    if (override >= 0) return (unsigned) override & HAK_CLASS_MASK;
     switch (hak_option[HAK_OPT_TINY_HEAP_PROFILE]) {
     case HAK_TINY_PROFILE_C7_SAFE:
         return 1u << 7; // class 7 (513-1024 B)
@@ -29,7 +32,7 @@ static unsigned tinyheap_mask(void) {
 }
 
 static int in_mask(long mask, unsigned cls) {
-    return cls < HAK_TINY_CLASS_COUNT && ((unsigned long)mask >> hak_tiny_group[cls]) & 1u;
+    return ((unsigned long)mask & HAK_CLASS_MASK) >> hak_class_group_bit(cls) & 1u;
 }
 
 const hak_front *hak_route_for_class(unsigned cls) {
@@ -43,6 +46,23 @@ const hak_front *hak_route_for_class(unsigned cls) {
     return &hak_front_legacy;
 }
 
+// Page geometry and the largest small size, from the routes (process init, after the
+// options). Classes above 32 KiB exist only on SmallObject v3, whose pages grow with the
+// class so that each holds at least 7 blocks: 64 KiB pages up to 8 KiB, 512 KiB pages up to
+// 64 KiB, one 2 MiB page above. The other fronts keep 64 KiB pages (up to 32 KiB).
+void hak_route_init(void) {
+    int served = 1;
+    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
+        uint32_t size = hak_class_block_size[c];
+        int v3 = hak_route_for_class(c)->sized_pages;
+        hak_class_kind[c] = !v3 || size <= 8192 ? HAK_KIND_SMALL
+                            : size <= 65536     ? HAK_KIND_MEDIUM
+                                                : HAK_KIND_BIG;
+        served = served && (v3 || size <= HAK_MID_MAX);
+        if (served) hak_small_max = size;
+    }
+}
+
 void hak_route_latch(hak_heap *heap) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
         heap->route[c] = hak_route_for_class(c);
@@ -51,11 +71,17 @@ void hak_route_latch(hak_heap *heap) {
 void hak_route_print(void) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
         unsigned lo = c == 0 ? 0 : hak_class_block_size[c - 1] + 1;
-        if (hak_class_is_tiny(c))
-            hak_message("hakmem: route c%u (%u..%u B) -> %s\n", hak_tiny_group[c], lo,
-                        hak_class_block_size[c], hak_route_for_class(c)->name);
+        static const char *const kind_name[HAK_KIND_COUNT] = {"64 KiB", "512 KiB", "2 MiB"};
+        if (hak_class_block_size[c] > hak_small_max)
+            hak_message("hakmem: route m%u (%u..%u B) -> large (not served by a size class)\n",
+                        hak_class_group_bit(c) - HAK_TINY_GROUP_COUNT, lo, hak_class_block_size[c]);
+        else if (hak_class_is_tiny(c))
+            hak_message("hakmem: route c%u (%u..%u B) -> %s, %s pages\n", hak_tiny_group[c], lo,
+                        hak_class_block_size[c], hak_route_for_class(c)->name,
+                        kind_name[hak_class_kind[c]]);
         else
-            hak_message("hakmem: route mid%u (%u..%u B) -> %s\n", c - HAK_TINY_CLASS_COUNT, lo,
-                        hak_class_block_size[c], hak_route_for_class(c)->name);
+            hak_message("hakmem: route m%u (%u..%u B) -> %s, %s pages\n",
+                        hak_class_group_bit(c) - HAK_TINY_GROUP_COUNT, lo, hak_class_block_size[c],
+                        hak_route_for_class(c)->name, kind_name[hak_class_kind[c]]);
     }
 }

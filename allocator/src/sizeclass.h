@@ -3,9 +3,11 @@
 // a group the classes are 16 B apart up to 128 B and four per power of two above (160, 192,
 // 224, 256, 320, ...), so a block wastes at most 25 % of its size (a power-of-two class
 // wastes up to half: 257 B in a 512 B block), and every block is 16-byte aligned from 16 B
-// up. Mid classes ("the mid pool") cover 1 KiB < n <= 32 KiB with four classes per power of
-// two, served by the same page heap. Above HAK_MID_MAX a block is "large" (large.c, its own
-// mapping).
+// up. Mid classes ("the mid pool") cover 1 KiB < n <= 256 KiB with four classes per power of
+// two, served by the same page heap. Which of them exist in a process depends on the routes
+// (route.c): the 64 KiB pages of the legacy fronts serve up to HAK_MID_MAX (32 KiB), the
+// larger pages of SmallObject v3 up to HAK_SMALL_MAX_ALL (256 KiB). Above what the process
+// serves (hak_small_max) a block is "large" (large.c, its own mapping).
 #ifndef HAK_SIZECLASS_H
 #define HAK_SIZECLASS_H
 
@@ -14,10 +16,16 @@
 
 #define HAK_TINY_GROUP_COUNT 8 // C0..C7
 #define HAK_TINY_CLASS_COUNT 21
-#define HAK_MID_CLASS_COUNT  20
+#define HAK_MID_CLASS_COUNT  32
 #define HAK_CLASS_COUNT      (HAK_TINY_CLASS_COUNT + HAK_MID_CLASS_COUNT)
 #define HAK_TINY_MAX         1024
-#define HAK_MID_MAX          (32 * 1024)
+#define HAK_MID_MAX          (32 * 1024)  // largest class on 64 KiB pages (legacy fronts)
+#define HAK_SMALL_MAX_ALL    (256 * 1024) // largest class of all (SmallObject v3)
+#define HAK_MID_GROUP_COUNT  8            // M0..M7: (1, 2], (2, 4], ... (128, 256] KiB
+// Mid sizes -> class by a table indexed by (n + 255) >> 8: every mid class boundary is a
+// multiple of 256 B.
+#define HAK_MID_INDEX(n)     (((n) + 255) >> 8)
+#define HAK_MID_INDEX_COUNT  (HAK_MID_INDEX(HAK_SMALL_MAX_ALL) + 1)
 
 // (n + 7) / 8 -> tiny class, for n <= HAK_TINY_MAX: one byte load on the malloc fast path.
 extern const uint8_t hak_tiny_class_by_words[HAK_TINY_MAX / 8 + 1];
@@ -36,13 +44,20 @@ static inline unsigned hak_mid_class_of(size_t n) {
     return HAK_TINY_CLASS_COUNT + (top_bit - 10) * 4 + (unsigned)((m >> (top_bit - 2)) & 3);
 }
 
-// Any size up to HAK_MID_MAX (n == 0 is class C0: malloc(0) returns a unique 8-byte block).
+// Any size up to HAK_SMALL_MAX_ALL (n == 0 is class C0: malloc(0) returns a unique 8-byte block).
 static inline unsigned hak_class_of(size_t n) {
     return n <= HAK_TINY_MAX ? hak_tiny_class_of(n) : hak_mid_class_of(n);
 }
 
 static inline int hak_class_is_tiny(unsigned cls) {
     return cls < HAK_TINY_CLASS_COUNT;
+}
+
+// The route-mask bit of a class: its tiny group C0..C7 (bits 0-7) or its mid group M0..M7
+// (bits 8-15, one per power of two).
+static inline unsigned hak_class_group_bit(unsigned cls) {
+    return hak_class_is_tiny(cls) ? hak_tiny_group[cls]
+                                  : HAK_TINY_GROUP_COUNT + (cls - HAK_TINY_CLASS_COUNT) / 4;
 }
 
 #endif

@@ -126,9 +126,8 @@ static void format_path(line_buffer *b, const char *group, const hak_front *fron
              free_slow = 0, fallback = 0;
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
         if (hak_route_for_class(c) != front) continue;
-        // Bit i: tiny group Ci, bits 8 and up: the mid classes.
-        classes |= 1ull << (hak_class_is_tiny(c) ? hak_tiny_group[c]
-                                                 : HAK_TINY_GROUP_COUNT + c - HAK_TINY_CLASS_COUNT);
+        // The bits of the route masks: tiny group Ci = bit i, mid group Mj = bit 8 + j.
+        if (hak_class_block_size[c] <= hak_small_max) classes |= 1ull << hak_class_group_bit(c);
         alloc += s->alloc[c];
         fast += s->fast[c];
         slow += s->slow[c];

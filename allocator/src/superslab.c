@@ -1,4 +1,4 @@
-// Superslabs: 2 MiB-aligned regions split into 32 pages of 64 KiB (see internal.h), the
+// Superslabs: 2 MiB-aligned regions split into pages of one size (see internal.h), the
 // registry that tells our regions from foreign memory, and the list of superslabs abandoned
 // by exited threads with blocks still live.
 #include <errno.h>
@@ -47,12 +47,21 @@ static hak_superslab *pop_abandoned(void) {
     return ss;
 }
 
-hak_superslab *hak_superslab_acquire(hak_heap *heap) {
+static const uint8_t kind_shift[HAK_KIND_COUNT] = {HAK_PAGE_SHIFT, HAK_KIND_MEDIUM_SHIFT,
+                                                   HAK_KIND_BIG_SHIFT};
+static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MEDIUM, HAK_REG_BIG};
+
+// An empty superslab cut into pages of `page_kind`, its registry byte saying so.
+hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind) {
     hak_superslab *ss = hak_os_superslab_get();
     if (!ss) return NULL;
     ss->kind = HAK_SS_SMALL;
+    ss->page_kind = (uint8_t)page_kind;
+    ss->page_shift = kind_shift[page_kind];
+    ss->page_count = (uint8_t)(HAK_SS_SIZE >> ss->page_shift);
+    hak_registry_set((uintptr_t)ss, kind_registry[page_kind]);
     atomic_store_explicit(&ss->owner, heap, memory_order_relaxed);
-    ss->free_page_mask = (uint32_t)((1ull << HAK_PAGES_PER_SS) - 1);
+    ss->free_page_mask = (uint32_t)((1ull << ss->page_count) - 1);
     ss->purge_due_ns = 0;
     hak_stat_add(ss_os, alloc, 1);
     return ss;
@@ -102,11 +111,12 @@ void hak_superslab_purge(hak_superslab *ss) {
     while (mask) {
         unsigned first = (unsigned)__builtin_ctz(mask);
         unsigned end = first;
-        while (end < HAK_PAGES_PER_SS && (mask >> end & 1u))
+        while (end < ss->page_count && (mask >> end & 1u))
             end++;
         mask &= end < 32 ? ~((1u << end) - 1) : 0u;
-        char *start = (char *)ss + (first == 0 ? HAK_SS_HEADER_SIZE : first * HAK_PAGE_SIZE);
-        char *stop = (char *)ss + (size_t)end * HAK_PAGE_SIZE;
+        char *start =
+            (char *)ss + (first == 0 ? HAK_SS_HEADER_SIZE : (size_t)first << ss->page_shift);
+        char *stop = (char *)ss + ((size_t)end << ss->page_shift);
         madvise(start, (size_t)(stop - start), MADV_DONTNEED);
         hak_stat_add(ss_os, madvise, 1);
         hak_stat_add(ss_os, slot_purge_kb, (size_t)(stop - start) / 1024);
@@ -133,7 +143,7 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
     for (; visits; visits--) {
         hak_superslab *ss = pop_abandoned();
         if (!ss) return;
-        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++) {
+        for (unsigned i = 0; i < ss->page_count; i++) {
             hak_page *page = &ss->pages[i];
             if (!page->in_use) continue;
             hak_page_collect(page);

@@ -14,23 +14,32 @@
 
 #define HAK_OS_PAGE 4096
 
+// Pops the direct page of `cls`, or NULL when it has no free block.
+static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, unsigned cls) {
+    hak_page *page = heap->direct[cls];
+    hak_block *block = page->free;
+    if (HAK_UNLIKELY(block == NULL)) return NULL;
+#ifdef HAK_DEBUG
+    hak_page_check_link(page, block);
+#endif
+    page->free = block->next;
+    page->used++;
+    HAK_HOT_STAT(heap, fast, cls);
+    HAK_HOT_STAT(heap, alloc, cls);
+    return block;
+}
+
+// One fast path for every size class: a table load for the class (tiny sizes index by the
+// size itself, mid sizes by HAK_MID_INDEX), pop. Mid sizes this process does not serve find
+// HAK_CLASS_NONE, whose direct page is always empty.
 HAK_EXPORT void *hak_malloc(size_t size) {
     hak_heap *heap = hak_tls_heap;
-    if (HAK_LIKELY(size <= HAK_TINY_MAX)) {
-        unsigned cls = heap->class_of_size[size];
-        hak_page *page = heap->direct[cls];
-        hak_block *block = page->free;
-        if (HAK_LIKELY(block != NULL)) {
-#ifdef HAK_DEBUG
-            hak_page_check_link(page, block);
-#endif
-            page->free = block->next;
-            page->used++;
-            HAK_HOT_STAT(heap, fast, cls);
-            HAK_HOT_STAT(heap, alloc, cls);
-            return block;
-        }
-    }
+    void *block = NULL;
+    if (HAK_LIKELY(size <= HAK_TINY_MAX))
+        block = pop_direct(heap, heap->class_of_size[size]);
+    else if (size <= HAK_SMALL_MAX_ALL)
+        block = pop_direct(heap, heap->class_of_mid[HAK_MID_INDEX(size)]);
+    if (HAK_LIKELY(block != NULL)) return block;
     return hak_malloc_slow(size);
 }
 
@@ -42,9 +51,9 @@ HAK_EXPORT void *hak_malloc(size_t size) {
 //   --used <= 0         the page emptied, or went below empty (a double free, reported there)
 // --*used, and whether it came down to 0 or below: one `sub` on memory and one `jle` (gcc does
 // not fold a signed test into a read-modify-write by itself; the plain C costs three more).
-static inline __attribute__((always_inline)) int used_drop_to_empty(int32_t *used) {
+static inline __attribute__((always_inline)) int used_drop_to_empty(int16_t *used) {
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-    __asm__ goto("subl $1, %0\n\tjle %l[empty]" : "+m"(*used) : : "cc" : empty);
+    __asm__ goto("subw $1, %0\n\tjle %l[empty]" : "+m"(*used) : : "cc" : empty);
     return 0;
 empty:
     return 1;
@@ -53,27 +62,72 @@ empty:
 #endif
 }
 
+// The owner free of block p into `page` (found from p's address), if the fast path takes it.
+static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p) {
+    hak_heap *heap = hak_tls_heap;
+    hak_block *block = p;
+    if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
+                   !((uint16_t)(uintptr_t)p & page->block_mask) && block != page->local_free)) {
+        block->next = page->local_free;
+        page->local_free = block;
+        HAK_HOT_STAT(heap, free, page->class_idx);
+        if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) hak_heap_free_emptied(heap, page, block);
+        return 1;
+    }
+    return 0;
+}
+
+// free() of a pointer whose registry byte is not HAK_REG_SMALL: the fast path of the medium
+// and big pages (512 KiB: descriptor index = address bits 19-20; 2 MiB: one page), else the
+// slow path. Out of line, so that small pages keep their one compare against memory.
+#ifndef HAK_DEBUG
+// (Arguments in the registers the fast path has them in: p, page, heap.)
+static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uintptr_t slot_mask);
+
+static HAK_NOINLINE void free_other(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    unsigned kind = hak_registry_get(a);
+    char *ss = (char *)hak_superslab_of(a);
+    hak_page *page;
+    if (kind == HAK_REG_MEDIUM)
+        page = (hak_page *)(ss + ((a >> 13) & 0xc0));
+    else if (kind == HAK_REG_BIG)
+        page = (hak_page *)ss;
+    else {
+        hak_free_slow(p); // large block, NULL or a foreign pointer
+        return;
+    }
+    if (HAK_LIKELY(free_fast(page, p))) return;
+    free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
+}
+#endif
+
 HAK_EXPORT void hak_free(void *p) {
 #ifndef HAK_DEBUG // the debug build checks every free in the slow path
     uintptr_t a = (uintptr_t)p;
     uintptr_t chunk = a >> HAK_SS_SHIFT;
-    // A plain byte read, so the compare takes its operand from memory: the byte of a chunk
-    // this pointer can be in changes only while no live block of ours is there.
-    if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE) &&
-        HAK_LIKELY(((const uint8_t *)hak_registry)[chunk] == HAK_REG_SMALL)) {
-        hak_superslab *ss = hak_superslab_of(a);
-        hak_page *page = hak_page_of(ss, a);
-        hak_heap *heap = hak_tls_heap;
-        hak_block *block = p;
-        if (HAK_LIKELY(hak_page_local_owner(page) == heap && !((uint16_t)a & page->block_mask) &&
-                       block != page->local_free)) {
-            block->next = page->local_free;
-            page->local_free = block;
-            HAK_HOT_STAT(heap, free, page->class_idx);
-            if (HAK_UNLIKELY(used_drop_to_empty(&page->used)))
-                hak_heap_free_emptied(heap, page, block);
+    if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
+        // A plain byte read, so the compare takes its operand from memory: the byte of a chunk
+        // this pointer can be in changes only while no live block of ours is there.
+        if (HAK_LIKELY(((const uint8_t *)hak_registry)[chunk] == HAK_REG_SMALL)) {
+            // Small pages (64 KiB): the descriptor index is address bits 16-20.
+            hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 10) & 0x7c0));
+            if (HAK_LIKELY(free_fast(page, p))) return;
+            free_miss(p, page, hak_tls_heap, HAK_PAGE_SIZE - 1);
             return;
         }
+        // Medium pages inline as well (the mid sizes of SmallObject v3); the byte is read again
+        // after a compiler barrier, so that the small-page test above stays one compare against
+        // memory instead of a load into a register shared with this one.
+        __asm__ volatile("" ::: "memory");
+        if (((const uint8_t *)hak_registry)[chunk] == HAK_REG_MEDIUM) {
+            hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0));
+            if (HAK_LIKELY(free_fast(page, p))) return;
+            free_miss(p, page, hak_tls_heap, HAK_SS_SIZE / 4 - 1);
+            return;
+        }
+        free_other(p); // big pages, large blocks, foreign pointers
+        return;
     }
 #endif
     hak_free_slow(p);
@@ -121,14 +175,17 @@ static inline hak_heap *current_heap(void) {
     return heap;
 }
 
+static void *large_alloc(size_t size, size_t alignment, int zero) {
+    void *p = hak_large_alloc(size, alignment, zero);
+    if (!p) errno = ENOMEM;
+    return p;
+}
+
 HAK_NOINLINE void *hak_malloc_slow(size_t size) {
-    if (size > HAK_MID_MAX) {
-        void *p = hak_large_alloc(size, HAK_MIN_ALIGN, 0);
-        if (!p) errno = ENOMEM;
-        return p;
-    }
-    hak_heap *heap = current_heap();
+    if (size > HAK_SMALL_MAX_ALL) return large_alloc(size, HAK_MIN_ALIGN, 0);
+    hak_heap *heap = current_heap(); // reads the options first: hak_small_max is set after
     if (!heap) return NULL;
+    if (size > hak_small_max) return large_alloc(size, HAK_MIN_ALIGN, 0);
     return alloc_class(heap, hak_class_of(size));
 }
 
@@ -139,7 +196,8 @@ static inline hak_superslab *checked_superslab(const char *func, void *p) {
     if (a >= HAK_ADDRESS_LIMIT) hak_fatal_pointer(func, "invalid pointer", p);
     unsigned kind = hak_registry_get(a);
     if (kind == HAK_REG_LARGE) return NULL;
-    if (kind != HAK_REG_SMALL) hak_fatal_pointer(func, "invalid pointer", p);
+    if (kind != HAK_REG_SMALL && kind != HAK_REG_MEDIUM && kind != HAK_REG_BIG)
+        hak_fatal_pointer(func, "invalid pointer", p);
     hak_superslab *ss = hak_superslab_of(a);
     // A region already given back (cached, kind FREE): the block was freed before.
     if (ss->kind == HAK_SS_FREE) hak_fatal_pointer(func, "double free", p);
@@ -163,6 +221,83 @@ static inline hak_page *checked_page(const char *func, hak_superslab *ss, void *
     return page;
 }
 
+// An owner free that missed the fast path: mostly a full page (its local_owner is NULL), so
+// the checks are the fast path's (page in use, no bits below the block size's power-of-two
+// part); a pointer refused only by the full block-start check goes to the full check. The
+// remaining interior offsets are caught when the page empties (hak_page_verify_empty), as on
+// the fast path; the debug build checks in full and walks the free lists.
+static void free_owner(hak_heap *heap, hak_page *page, void *p) {
+    hak_block *block = p;
+    hak_superslab *ss = hak_superslab_of((uintptr_t)p);
+#ifdef HAK_DEBUG
+    checked_page("free", ss, p);
+    if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
+#else
+    if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask)))
+        checked_page("free", ss, p);
+#endif
+    if (page->used <= 0 || block == page->local_free || block == page->free)
+        hak_fatal_pointer("free", "double free", p);
+    HAK_HOT_STAT(heap, free, page->class_idx);
+    HAK_HOT_STAT(heap, free_slow, page->class_idx);
+    hak_front_free_local(heap, page, block);
+}
+
+// A free from a thread that does not own the page (owner: the superslab's owner heap, NULL if
+// abandoned). Checked fully, since the owner will trust the chain it collects: p must be a
+// block start of a page in use. A block still carrying the remote key is on its way to its
+// owner already: a second remote free. Then it joins this thread's batch for that page:
+// a run of frees into one page costs a link each and one CAS at the end (hak_heap_free_remote).
+static inline __attribute__((always_inline)) void
+free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t slot_mask) {
+    // p's offset from the page's first block (page 0 starts after the superslab header; a
+    // pointer into the header wraps around to a huge offset).
+    uintptr_t header = ((uintptr_t)page & HAK_SS_MASK) ? 0 : hak_page0_offset(page);
+    uintptr_t offset = ((uintptr_t)p & slot_mask) - header;
+    if (HAK_UNLIKELY(!page->in_use || offset >= (uintptr_t)page->capacity * page->block_size ||
+                     (uint32_t)offset % page->block_size != 0))
+        bad_block("free", page, p);
+    hak_block *block = p;
+    if (page->block_size >= 16) {
+        uintptr_t *words = p, key = hak_remote_key ^ (uintptr_t)p;
+        if (HAK_UNLIKELY(words[1] == key)) hak_fatal_pointer("free", "double free", p);
+        words[1] = key;
+    }
+    // A run of frees into one page: linked here, pushed with one CAS when the run ends. The
+    // empty heap's remote_page is NULL, so a thread without a heap takes the slow call.
+    hak_page *run = heap->remote_page;
+    if (HAK_LIKELY(page == run)) {
+        HAK_HOT_STAT(heap, free, page->class_idx);
+        HAK_HOT_STAT(heap, remote_free, page->class_idx);
+        block->next = heap->remote_first;
+        heap->remote_first = block;
+        return;
+    }
+    // No run yet (the empty heap has none either) or an abandoned page: the call does it all.
+    if (HAK_UNLIKELY(!run || !owner)) {
+        hak_heap_free_remote(heap, owner, page, block);
+        return;
+    }
+    { // the run so far goes to its page: one CAS when the page has no flag set
+        uintptr_t old = atomic_load_explicit(&run->xthread_free, memory_order_relaxed);
+        do {
+            if (HAK_UNLIKELY(old & HAK_XT_FLAGS)) {
+                hak_heap_free_remote(heap, owner, page, block);
+                return;
+            }
+            heap->remote_last->next = (hak_block *)old;
+        } while (!atomic_compare_exchange_weak_explicit(
+            &run->xthread_free, &old, (uintptr_t)heap->remote_first, memory_order_release,
+            memory_order_relaxed));
+    }
+    HAK_HOT_STAT(heap, free, page->class_idx);
+    HAK_HOT_STAT(heap, remote_free, page->class_idx);
+    heap->remote_page = page;
+    heap->remote_first = heap->remote_last = block;
+}
+
+// Any free the inline fast path did not take, found from the address alone (the debug build
+// sends every free here).
 HAK_NOINLINE void hak_free_slow(void *p) {
     if (p == NULL) return;
     hak_superslab *ss = checked_superslab("free", p);
@@ -170,51 +305,40 @@ HAK_NOINLINE void hak_free_slow(void *p) {
         hak_large_free(p);
         return;
     }
-    hak_block *block = p;
+    hak_page *page = hak_page_of(ss, (uintptr_t)p);
     hak_heap *heap = hak_tls_heap;
     hak_heap *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
-    if (owner == heap) {
-        // Owner free that missed the fast path: mostly a full page (mid-pool pages of 2-7
-        // blocks fill up all the time), so the checks are the fast path's (page in use, no
-        // bits below the block size's power-of-two part); a pointer refused only by the full
-        // block-start check goes to the full check. The remaining interior offsets are caught
-        // when the page empties (hak_page_verify_empty), as on the fast path; the debug build
-        // checks in full and walks the free lists.
-        hak_page *page = hak_page_of(ss, (uintptr_t)p);
-#ifdef HAK_DEBUG
-        checked_page("free", ss, p);
-        if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
-#else
-        if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask)))
-            checked_page("free", ss, p);
-#endif
-        if (page->used <= 0 || block == page->local_free || block == page->free)
-            hak_fatal_pointer("free", "double free", p);
-        HAK_HOT_STAT(heap, free, page->class_idx);
-        HAK_HOT_STAT(heap, free_slow, page->class_idx);
-        heap->route[page->class_idx]->free_local_slow(heap, page, block);
-        return;
-    }
-    // Remote: checked fully, since the owner will trust the chain it collects. A block still
-    // carrying the remote key is on its way to its owner already: a second remote free.
-    hak_page *page = checked_page("free", ss, p);
-    if (page->block_size >= 16) {
-        uintptr_t *words = p;
-        if (words[1] == (hak_remote_key ^ (uintptr_t)p))
-            hak_fatal_pointer("free", "double free", p);
-        words[1] = hak_remote_key ^ (uintptr_t)p;
-    }
-    // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
-    // destructor flushes it.
-    if (heap == &hak_heap_empty && !(heap = hak_thread_init())) {
-        hak_page_free_remote(page, block, block);
-        return;
-    }
-    HAK_HOT_STAT(heap, free, page->class_idx);
-    HAK_HOT_STAT(heap, remote_free, page->class_idx);
-    hak_heap_free_remote(heap, page, block);
-    if (!owner) hak_heap_note_abandoned_free(heap);
+    if (owner == heap)
+        free_owner(heap, page, p);
+    else
+        free_remote(heap, owner, page, p, ((uintptr_t)1 << ss->page_shift) - 1);
 }
+
+#ifndef HAK_DEBUG
+// The fast path found p's page (a superslab of ours) but could not take the free: a full page
+// of this thread, another thread's page (a remote free), or a bad pointer. A page whose
+// local_owner is another heap is that heap's and not full (it cannot become ours while this
+// thread is freeing), so only a NULL local_owner needs the superslab's owner to tell.
+static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uintptr_t slot_mask) {
+    hak_heap *local_owner = hak_page_local_owner(page);
+    if (local_owner == heap) {
+        free_owner(heap, page, p); // interior pointer or immediate double free: reported there
+        return;
+    }
+    hak_heap *owner = local_owner;
+    if (!owner) {
+        // (A region given back to the cache has no page in use: the checks of free_owner and
+        // free_remote report the double free.)
+        hak_superslab *ss = hak_superslab_of((uintptr_t)p);
+        owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
+        if (owner == heap) {
+            free_owner(heap, page, p);
+            return;
+        }
+    }
+    free_remote(heap, owner, page, p, slot_mask);
+}
+#endif
 
 // Usable size of a live block, after the same checks as free.
 static size_t checked_usable_size(const char *func, void *p) {
@@ -237,11 +361,9 @@ HAK_EXPORT void *hak_calloc(size_t count, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (total > HAK_MID_MAX) { // skip the memset: a fresh mapping is already zero
-        void *p = hak_large_alloc(total, HAK_MIN_ALIGN, 1);
-        if (!p) errno = ENOMEM;
-        return p;
-    }
+    hak_process_init(); // hak_small_max comes from the options
+    // Skip the memset for a large block: a fresh mapping is already zero.
+    if (total > hak_small_max) return large_alloc(total, HAK_MIN_ALIGN, 1);
     void *p = hak_malloc(total);
     if (p) memset(p, 0, total);
     return p;
@@ -255,7 +377,7 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     }
     size_t usable = checked_usable_size("realloc", p);
     // Large to large: resized in place or moved by mremap, never copied.
-    if (usable > HAK_MID_MAX && size > HAK_MID_MAX) {
+    if (hak_registry_get((uintptr_t)p) == HAK_REG_LARGE && size > hak_small_max) {
         void *q = hak_large_realloc(p, size);
         if (q) return q;
     }
@@ -282,20 +404,19 @@ HAK_EXPORT void *hak_reallocarray(void *p, size_t count, size_t size) {
 // no block ever needs an interior pointer; the rest go to large.c.
 static void *aligned_alloc_impl(size_t alignment, size_t size) {
     if (alignment <= sizeof(void *)) return hak_malloc(size); // C0 blocks are 8-aligned
-    if (size <= HAK_MID_MAX && alignment <= HAK_NATURAL_ALIGN) {
+    hak_process_init(); // hak_small_max comes from the options
+    if (size <= hak_small_max && alignment <= HAK_NATURAL_ALIGN) {
         unsigned cls = hak_class_of(size);
-        while (cls < HAK_CLASS_COUNT &&
+        while (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max &&
                (hak_class_block_size[cls] & (0u - hak_class_block_size[cls])) < alignment)
             cls++;
-        if (cls < HAK_CLASS_COUNT) {
+        if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max) {
             hak_heap *heap = current_heap();
             if (!heap) return NULL;
             return alloc_class(heap, cls);
         }
     }
-    void *p = hak_large_alloc(size, alignment, 0);
-    if (!p) errno = ENOMEM;
-    return p;
+    return large_alloc(size, alignment, 0);
 }
 
 static int is_power_of_two(size_t x) {

@@ -56,6 +56,19 @@ expect_paths() {
     fi
 }
 
+# expect_field "ENV" GROUP KEY VALUE : that stats field must be exactly VALUE
+expect_field() {
+    local stats value
+    next_case
+    stats=$(run_case "$1")
+    value=$(field "$stats" "$2" "$3")
+    if [ -e "$stats.err" ] || [ "$value" != "$4" ]; then
+        report FAIL "'$1': $2 $3=$value, expected $4"
+    else
+        report PASS "'$1' -> $2 $3=$4"
+    fi
+}
+
 # expect_os "ENV" "KEYS" : the sum of these SS_OS_STATS keys must be > 0
 expect_os() {
     local stats key sum=0 value
@@ -72,17 +85,30 @@ expect_os() {
     fi
 }
 
-expect_paths "" "TINY_HEAP_STATS" # default profile C7_SAFE
-expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY" ""
-expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_TINY_HOTHEAP_V2=1" "HOTHEAP_V2_STATS"
+expect_paths "" "TINY_HEAP_STATS SMALL_HEAP_V3_STATS" # default C7_SAFE: C7 on TinyHeap, the rest v3
+off="HAKMEM_SMALL_HEAP_V3_ENABLED=0"
+expect_paths "$off" "TINY_HEAP_STATS" # without v3: the profile C7_SAFE's TinyHeap for class 7
+expect_paths "$off HAKMEM_TINY_HEAP_PROFILE=LEGACY" ""
+expect_paths "$off HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_TINY_HOTHEAP_V2=1" "HOTHEAP_V2_STATS"
 expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_SMALL_HEAP_V3_ENABLED=1" \
     "SMALL_HEAP_V3_STATS"
-expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_TINY_HEAP_CLASSES=0x40" "TINY_HEAP_STATS"
+expect_paths "$off HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_TINY_HEAP_CLASSES=0x40" "TINY_HEAP_STATS"
 # Precedence: v3 over v2 over TinyHeap for a class several claim (class 7 here).
-expect_paths "HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_SMALL_HEAP_V3_ENABLED=1" "SMALL_HEAP_V3_STATS"
-expect_paths "HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_TINY_HOTHEAP_V2=1" \
+expect_paths "HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xffff" "SMALL_HEAP_V3_STATS"
+expect_paths "$off HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_TINY_HOTHEAP_V2=1" \
     "TINY_HEAP_STATS HOTHEAP_V2_STATS"
-expect_paths "HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_TINY_HOTHEAP_CLASSES=0" "TINY_HEAP_STATS"
+expect_paths "$off HAKMEM_TINY_HOTHEAP_V2=1 HAKMEM_TINY_HOTHEAP_CLASSES=0" "TINY_HEAP_STATS"
+# The profile C6_HEAVY: classes 6 and 7 on TinyHeap, the rest on v3.
+expect_paths "HAKMEM_TINY_HEAP_CLASSES=0xC0 HAKMEM_SMALL_HEAP_V3_CLASSES=0x1f3f" \
+    "TINY_HEAP_STATS SMALL_HEAP_V3_STATS"
+# SmallObject v3's mask covers the mid groups M0..M7 (bits 8-15): v3 on the mid sizes alone
+# must engage, and report exactly those classes.
+expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
+    "SMALL_HEAP_V3_STATS"
+expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
+    SMALL_HEAP_V3_STATS classes 65280
+expect_field "HAKMEM_SMALL_HEAP_V3_CLASSES=0xffff" SMALL_HEAP_V3_STATS classes 65535
+expect_field "" SMALL_HEAP_V3_STATS classes 8063 # the default 0x1f7f: up to 32 KiB, all but C7
 expect_os "HAKMEM_SS_MEM_LEAN=1" madvise
 expect_os "HAKMEM_SS_HUGEPAGE_EXPERIMENT=1" "huge_alloc huge_fail"
 

@@ -124,8 +124,9 @@ static void commit_invalid_free(enum invalid_case which, int report_fd) {
         _exit(0);
     }
     case WRITE_AFTER_FREE: {
-        // A freed block's link overwritten; the malloc that would follow it reports it
-        // (debug build). Four blocks fill the first carve of a fresh 3 KiB-class page.
+        // A freed block's link overwritten; the malloc that pops it reports it (debug build).
+        // The mallocs after it drain the page's carved blocks (how many a carve links depends
+        // on the front) until the freed block's turn comes.
         void *blocks[4];
         for (int i = 0; i < 4; i++)
             blocks[i] = malloc(2900);
@@ -134,8 +135,10 @@ static void commit_invalid_free(enum invalid_case which, int report_fd) {
         uintptr_t value = (uintptr_t)bad;
         if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
         *(volatile uintptr_t *)blocks[3] = 0x4141414141414140;
-        void *again = malloc(2900);
-        (void)again;
+        for (int i = 0; i < 64; i++) {
+            void *again = malloc(2900);
+            (void)again;
+        }
         _exit(0);
     }
     case CASE_COUNT:

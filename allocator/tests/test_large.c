@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
     size_t initial = resident_now();
     // Before the churn, while no freed memory is cached anywhere, so each baseline is clean.
     test_memory_returns_after_free(4 * MiB, 128 * MiB);
-    test_memory_returns_after_free(256 * KiB, 96 * MiB);
+    test_memory_returns_after_free(320 * KiB, 96 * MiB); // above every size class (256 KiB)
     test_memory_returns_after_free(24 * MiB, 120 * MiB);
     test_realloc_ladder();
     test_churn(iterations);
@@ -174,7 +174,12 @@ int main(int argc, char **argv) {
     printf("after churn: initial=%zu KiB final=%zu KiB\n", initial / KiB, final / KiB);
     // libhakmem unmaps large blocks. glibc does not promise it here: after large frees it
     // raises its mmap threshold (up to 32 MiB) and serves later blocks from the heap, which
-    // it trims only past its trim threshold (~50 MiB stay resident in this test).
-    if (allocator_is_hakmem()) CHECK(final <= initial + resident_slack);
+    // it trims only past its trim threshold (~50 MiB stay resident in this test). The churn's
+    // blocks of 64-256 KiB are size classes when SmallObject v3 serves them: their emptied
+    // superslabs may then sit in the speed-first policy's cache (HAKMEM_SS_CACHE_SIZE, 32 MiB)
+    // until a purge deadline is checked; the lean policy keeps none resident.
+    const char *lean = getenv("HAKMEM_SS_MEM_LEAN");
+    size_t cache = lean && *lean == '1' ? 0 : 32 * MiB;
+    if (allocator_is_hakmem()) CHECK(final <= initial + resident_slack + cache);
     return test_summary();
 }

@@ -21,7 +21,10 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 
-static const size_t sizes[] = {8, 16, 24, 48, 100, 200, 384, 700, 1024, 1500, 5000, 20000};
+// Up to the largest size class of SmallObject v3 (256 KiB, its 512 KiB and 2 MiB pages);
+// under the other fronts the sizes above 32 KiB are large blocks.
+static const size_t sizes[] = {8,   16,   24,   48,   100,   200,   384,
+                               700, 1024, 1500, 5000, 20000, 50000, 200000};
 #define SIZE_COUNT (sizeof sizes / sizeof sizes[0])
 
 static unsigned char pattern_byte(const void *p, size_t size) {

@@ -1,0 +1,98 @@
+// Front paths: what happens on the slow paths of the size classes a front serves. Every front
+// shares the two inline fast paths (pop heap->direct[cls], push page->local_free) and this one
+// slow-path skeleton; a front is a policy, four numbers in the table below, not a copy of the
+// code:
+//   carve_bytes   how much of a page is linked into its free list at once, and
+//   carve_blocks  at least how many blocks: a small step never touches (faults in) the rest
+//                 of a page that holds few live blocks; a whole page costs one slow path
+//                 instead of many
+//   max_spare     empty pages kept per class instead of given back (already carved, reused
+//                 first, never through the superslab)
+//   sized_pages   pages sized per class: 64 KiB up to 8 KiB blocks, 512 KiB up to 64 KiB,
+//                 2 MiB above, and size classes up to 256 KiB (the others keep 64 KiB pages and
+//                 stop at 32 KiB, where a page still holds two blocks); see route.c
+// The fronts, and why each exists (docs/allocator.md has the measurements):
+//   legacy         the reference: whole-queue scan, 4 KiB carve step, empty pages given back
+//   TinyHeap       the whole page carved at once: a C7 page (64 blocks of 1 KiB) refills once
+//                  instead of sixteen times while pages are fresh
+//   HotHeap v2     up to 2 empty pages per class retained: a live set that breathes over a
+//                  few pages reuses them without the superslab and without re-carving
+//   SmallObject v3 one hot box from 8 B to 256 KiB: pages sized to the class (so a mid page
+//                  holds 7-64 blocks instead of 2-8), classes past 32 KiB; legacy's carve
+#include "internal.h"
+
+// A retained page carries no live block, so it leaves the free fast path (local_owner NULL): a
+// stale free() into it reaches the slow path, which reports the double free.
+static void retain_empty_page(hak_heap *heap, hak_page *page) {
+    hak_page_set_local_owner(page, NULL);
+    page->prev = NULL;
+    page->next = heap->spare[page->class_idx];
+    heap->spare[page->class_idx] = page;
+    heap->spare_count[page->class_idx]++;
+}
+
+static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
+    hak_page *page = heap->spare[cls];
+    if (!page) return NULL;
+    heap->spare[cls] = page->next;
+    heap->spare_count[cls]--;
+    page->next = NULL;
+    hak_page_set_local_owner(page, heap);
+    hak_page_collect(page);
+    hak_assert(page->free != NULL); // every carved block is free
+    hak_heap_install_page(heap, page);
+    return page;
+}
+
+// The direct page of `cls` has no free block: the class queue, then a retained empty page,
+// then the backend (adopt, fresh page). Inlined into one
+// function per front (below), so that each runs with its policy's numbers as constants.
+static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, unsigned cls,
+                                                              const hak_front *front) {
+    hak_page *current = heap->direct[cls];
+    hak_heap_slow_entry(heap);
+    hak_page *page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
+    if (!page && front->max_spare && heap->spare[cls]) page = reuse_empty_page(heap, cls);
+    if (!page) {
+        HAK_HOT_STAT(heap, fallback, cls);
+        hak_heap_need_memory(heap);
+        if (hak_heap_adopt(heap))
+            page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
+        if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks);
+        if (!page) return NULL;
+    }
+    if (page != current) HAK_HOT_STAT(heap, refill, cls);
+    return hak_page_pop(page);
+}
+
+// One row per front: name, carve_bytes, carve_blocks, max_spare, sized_pages.
+// Fronts are compared by address (route.c, stats.c).
+#define HAK_FRONT(id, name, carve, blocks, spare, sized)                                           \
+    static void *id##_alloc_slow(hak_heap *heap, unsigned cls);                                    \
+    const hak_front hak_front_##id = {name, id##_alloc_slow, carve, blocks, spare, sized};         \
+    static void *id##_alloc_slow(hak_heap *heap, unsigned cls) {                                   \
+        return alloc_slow(heap, cls, &hak_front_##id);                                             \
+    }
+HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)
+HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)
+HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, 4, 2, 0)
+HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 0, 1)
+
+// An owner free that missed the fast path: the page is on the full list (or the debug build
+// checks every free here).
+void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
+    if (page->in_full) hak_heap_page_unfull(heap, page);
+    block->next = page->local_free;
+    page->local_free = block;
+    if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
+}
+
+// A page other than its class's current one emptied: retained while the front keeps fewer
+// than max_spare of its class, else given back to its superslab.
+void hak_front_page_emptied(hak_heap *heap, hak_page *page) {
+    hak_heap_detach_page(heap, page);
+    if (heap->spare_count[page->class_idx] < heap->route[page->class_idx]->max_spare)
+        retain_empty_page(heap, page);
+    else
+        hak_heap_release_page(heap, page);
+}
