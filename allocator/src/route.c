@@ -3,12 +3,13 @@
 //
 // Precedence when several switches claim a class (first match wins, the order of the checks in
 // hak_route_for_class):
-//   1. SmallObject v3   HAKMEM_SMALL_HEAP_V3_ENABLED=1 and the class in SMALL_HEAP_V3_CLASSES
+//   1. SmallObject v3   HAKMEM_SMALL_HEAP_V3_ENABLED=1 (the default) and the class in
+//                       SMALL_HEAP_V3_CLASSES (default 0x1f7f: up to 32 KiB, all but C7)
 //   2. HotHeap v2       HAKMEM_TINY_HOTHEAP_V2=1 and the class in TINY_HOTHEAP_CLASSES
 //   3. TinyHeap         the class in TINY_HEAP_CLASSES (or the TINY_HEAP_PROFILE's mask)
-//   4. legacy           everything else, and every mid-pool class
-// The experimental switches win over the profile, so turning one on for an A/B always changes
-// the route of its classes (and its group's route_hits shows it).
+//   4. legacy           everything else
+// The switches win in that order over the profile, so turning one on for an A/B changes the
+// route of its classes (and its group's route_hits shows it).
 #include "internal.h"
 #include "options.h"
 
