@@ -32,7 +32,16 @@ Verdicts (in log-ratio units, delta = log(1 + threshold)):
   lies beyond half the threshold on that side. The last condition keeps a real change
   smaller than half the threshold from ever being called GO/NO-GO, whatever the number of
   looks (it would need the interval to miss the true value: probability <= alpha).
-- NEUTRAL: the whole interval lies within +-delta (equivalent within the threshold).
+- NEUTRAL: the whole equivalence interval lies within +-delta (equivalent within the
+  threshold). That interval is a second confidence sequence of the same kind, at
+  ``equivalence_alpha(alpha)`` and tightest at ``EQUIVALENCE_TIGHTEST_PAIRS``: the two
+  one-sided tests of an equivalence test (TOST), each at alpha. A false NEUTRAL needs a true
+  change of at least the threshold with the sequence's bound on that side missing it at some
+  look; for the symmetric mixture that one-sided miss has probability at most
+  alpha' / (2 - alpha') (the mixture on the other side is at most 1 there), which
+  ``equivalence_alpha`` sets to alpha. It is a separate sequence because the question is
+  one-sided and is decided late (an A/A needs hundreds of pairs), where a mixture tuned for
+  the early GO/NO-GO looks is loose.
 - INCONCLUSIVE: anything else; the data so far cannot tell. The estimate of how many more
   pairs would decide comes from how the boundary narrows with n.
 """
@@ -63,6 +72,14 @@ RULE = (
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
 )
 DEFAULT_TIGHTEST_PAIRS = 100  # where the boundary is tightest: typical decisive n here
+# where the equivalence sequence is tightest: an A/A's NEUTRAL takes hundreds of pairs here
+EQUIVALENCE_TIGHTEST_PAIRS = 600
+
+
+def equivalence_alpha(alpha: float = ALPHA) -> float:
+    """The level of the two-sided sequence whose one-sided miss is at most ``alpha``:
+    alpha' / (2 - alpha') = alpha."""
+    return 2 * alpha / (1 + alpha)
 
 
 def rho_for(n_opt: int = DEFAULT_TIGHTEST_PAIRS, alpha: float = ALPHA) -> float:
@@ -81,6 +98,11 @@ def rho_for(n_opt: int = DEFAULT_TIGHTEST_PAIRS, alpha: float = ALPHA) -> float:
 @functools.lru_cache(maxsize=8)
 def _default_rho(alpha: float) -> float:
     return rho_for(alpha=alpha)
+
+
+@functools.lru_cache(maxsize=8)
+def _equivalence_rho(alpha: float) -> float:
+    return rho_for(EQUIVALENCE_TIGHTEST_PAIRS, equivalence_alpha(alpha))
 
 
 def boundary(n: int, alpha: float = ALPHA, rho: float | None = None) -> float:
@@ -141,9 +163,18 @@ class Look:
     low: float  # the confidence sequence at this look
     high: float
     p_anytime: float  # 1 / max M over the looks so far
+    # the equivalence sequence at this look (NEUTRAL's); None: the same as (low, high)
+    eq_low: float | None = None
+    eq_high: float | None = None
     # the intervals of the looks so far have no point in common: the data do not fit one
     # fixed change (the machine drifted), so nothing is decided
     drift: bool = False
+
+    def equivalence(self) -> tuple[float, float]:
+        """The interval NEUTRAL is judged on."""
+        if self.eq_low is None or self.eq_high is None:
+            return self.low, self.high
+        return self.eq_low, self.eq_high
 
 
 class Sequence_:
@@ -152,6 +183,7 @@ class Sequence_:
     def __init__(self, alpha: float = ALPHA, rho: float | None = None):
         self.alpha = alpha
         self.rho = rho if rho is not None else _default_rho(alpha)
+        self.eq_alpha, self.eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
         self.low, self.high = -math.inf, math.inf
         self.max_evidence = 1.0
         self.last: Look | None = None
@@ -172,7 +204,8 @@ class Sequence_:
         n = len(xs)
         est = float(xs[(n - 1) // 2] + xs[n // 2]) / 2 if n else math.nan
         p = min(1.0, 1.0 / self.max_evidence)
-        self.last = Look(n, est, lo, hi, p, drift=self.low > self.high)
+        eq_lo, eq_hi = _cs_of_sorted(xs, self.eq_alpha, self.eq_rho)
+        self.last = Look(n, est, lo, hi, p, eq_lo, eq_hi, drift=self.low > self.high)
         return self.last
 
 
@@ -193,7 +226,8 @@ def verdict(
         return GO if higher_is_better else NO_GO
     if p < alpha and est <= -delta and hi < -delta / 2:
         return NO_GO if higher_is_better else GO
-    if -delta < lo and hi < delta:
+    eq_lo, eq_hi = look.equivalence()
+    if -delta < eq_lo and eq_hi < delta:
         return NEUTRAL
     return INCONCLUSIVE
 
@@ -209,22 +243,24 @@ def pairs_to_decide(
 ):
     """How many pairs in all would likely decide an INCONCLUSIVE look: the n at which an
     interval of today's shape, centred on today's estimate, would be decisive. The interval
-    narrows like ``rate(n)`` (default: this rule's b_n / n, its half-width in ranks over n),
+    narrows like ``rate(n)`` (default: this rule's b_n / n, its half-width in ranks over n,
+    of the decision sequence for a GO/NO-GO and of the equivalence sequence for a NEUTRAL),
     scaled from today's width. ``near``: how far past zero the near bound must lie for a
     GO/NO-GO (this rule: half the threshold; a fixed-n rule: 0). None when today's interval
     is not finite yet (too few pairs to scale from)."""
-    if look.n < 2 or not (math.isfinite(look.low) and math.isfinite(look.high)):
-        return None
-    rate = rate or (lambda n: boundary(n, alpha, rho) / n)
-    near = delta / 2 if near is None else near
-    half = (look.high - look.low) / 2
     est = look.estimate
-    if abs(est) >= delta:
-        needed = abs(est) - near  # the near bound must pass ``near``
-    else:
-        needed = delta - abs(est)  # the far bound must come inside the threshold
-    if needed <= 0:
+    if abs(est) >= delta:  # towards GO/NO-GO: the near bound must pass ``near``
+        low, high = look.low, look.high
+        needed = abs(est) - (delta / 2 if near is None else near)
+        rate = rate or (lambda n: boundary(n, alpha, rho) / n)
+    else:  # towards NEUTRAL: the far bound must come inside the threshold
+        low, high = look.equivalence()
+        needed = delta - abs(est)
+        eq_alpha, eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
+        rate = rate or (lambda n: boundary(n, eq_alpha, eq_rho) / n)
+    if look.n < 2 or not (math.isfinite(low) and math.isfinite(high)) or needed <= 0:
         return None
+    half = (high - low) / 2
     rate_now = rate(look.n)
     n = look.n
     while n < 10**7:

@@ -173,9 +173,10 @@ void hb_start_detached_thread(void *(*fn)(void *), void *arg) {
 
 static volatile uint64_t extra_work_sink;
 
-void hb_extra_work_init(hb_extra_work *work, double units) {
+void hb_extra_work_init(hb_extra_work *work, double units, uint64_t ops) {
     work->units_q16 = (uint64_t)llround(units * 65536.0);
     work->carry_q16 = 0;
+    work->ops = ops;
     work->chain = 1;
 }
 

@@ -177,15 +177,22 @@ static inline unsigned char *hb_realloc(void *block, uint64_t size) {
 void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 void hb_start_detached_thread(void *(*fn)(void *), void *arg);
 
-/* ---- extra work: a dependent multiply chain, N units per op, N fractional ---- */
+/* ---- extra work: injected cost per op, a known slowdown for calibration ----
+ * Two kinds, both a chain of dependent operations carried from op to op:
+ * - units (--extra-work N): N multiply-add rounds per op, N fractional; the fraction is
+ *   dithered (a round on some ops, none on others), whose branch pattern makes small N cost
+ *   more than its share;
+ * - ops (--extra-ops N): exactly N dependent adds on every op, the same count each time, so
+ *   the cost is steady and grows in small, even steps. */
 
 typedef struct {
     uint64_t units_q16; /* N in 16.16 fixed point */
     uint64_t carry_q16; /* dithering remainder, so the mean over ops is exactly units_q16 */
+    uint64_t ops;       /* dependent adds on every op */
     uint64_t chain;
 } hb_extra_work;
 
-void hb_extra_work_init(hb_extra_work *work, double units);
+void hb_extra_work_init(hb_extra_work *work, double units, uint64_t ops);
 double hb_extra_work_units(const hb_extra_work *work);
 /* Publishes the chain value so the compiler must compute it. */
 void hb_extra_work_finish(const hb_extra_work *work);
@@ -197,6 +204,10 @@ static inline void hb_extra_work_op(hb_extra_work *work) {
     uint64_t m = work->chain;
     for (uint64_t i = 0; i < rounds; i++) {
         m = m * 0x9e3779b97f4a7c15ull + 1;
+        __asm__ volatile("" : "+r"(m));
+    }
+    for (uint64_t i = 0; i < work->ops; i++) {
+        m += 0x9e3779b97f4a7c15ull;
         __asm__ volatile("" : "+r"(m));
     }
     work->chain = m;
