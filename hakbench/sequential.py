@@ -28,20 +28,23 @@ p-value for "no change" (m = 0); Holm's correction across workloads applies to i
 p-value. ``rho`` sets the n at which the boundary is tightest (``rho_for``).
 
 Verdicts (in log-ratio units, delta = log(1 + threshold)):
-- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the whole interval
-  lies beyond half the threshold on that side. The last condition keeps a real change
-  smaller than half the threshold from ever being called GO/NO-GO, whatever the number of
-  looks (it would need the interval to miss the true value: probability <= alpha).
-- NEUTRAL: the whole equivalence interval lies within +-delta (equivalent within the
-  threshold). That interval is a second confidence sequence of the same kind, at
-  ``equivalence_alpha(alpha)`` and tightest at ``EQUIVALENCE_TIGHTEST_PAIRS``: the two
-  one-sided tests of an equivalence test (TOST), each at alpha. A false NEUTRAL needs a true
-  change of at least the threshold with the sequence's bound on that side missing it at some
-  look; for the symmetric mixture that one-sided miss has probability at most
-  alpha' / (2 - alpha') (the mixture on the other side is at most 1 there), which
-  ``equivalence_alpha`` sets to alpha. It is a separate sequence because the question is
-  one-sided and is decided late (an A/A needs hundreds of pairs), where a mixture tuned for
-  the early GO/NO-GO looks is loose.
+- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the one-sided
+  interval below lies beyond half the threshold on that side. The p-value keeps an A/A from
+  being called GO or NO-GO (two-sided, alpha in all); the last condition keeps a real change
+  of at most half the threshold from it, whatever the number of looks (it would need the
+  bound on that side to miss the true value: probability <= alpha).
+- NEUTRAL: that interval lies within +-delta (equivalent within the threshold): the two
+  one-sided tests of an equivalence test (TOST), each at alpha.
+
+The one-sided interval is a second confidence sequence of the same kind, at
+``equivalence_alpha(alpha)`` and tightest at ``EQUIVALENCE_TIGHTEST_PAIRS``. Each claim it
+backs fails only when the bound on one side misses the true median at some look (a false
+NEUTRAL needs a true change of at least the threshold and the bound on its side below it);
+for the symmetric mixture that one-sided miss has probability at most alpha' / (2 - alpha')
+(the mixture's other half is at most 1 there), which ``equivalence_alpha`` sets to alpha. It
+is narrower than the two-sided sequence at alpha, which guards against a false GO/NO-GO in
+either direction, and it is tightest a little later: an A/A's NEUTRAL takes hundreds of pairs
+here.
 - INCONCLUSIVE: anything else; the data so far cannot tell. The estimate of how many more
   pairs would decide comes from how the boundary narrows with n.
 """
@@ -72,8 +75,9 @@ RULE = (
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
 )
 DEFAULT_TIGHTEST_PAIRS = 100  # where the boundary is tightest: typical decisive n here
-# where the equivalence sequence is tightest: an A/A's NEUTRAL takes hundreds of pairs here
-EQUIVALENCE_TIGHTEST_PAIRS = 600
+# where the one-sided sequence is tightest: between a clear NO-GO (~100 pairs here) and an
+# A/A's NEUTRAL (hundreds)
+EQUIVALENCE_TIGHTEST_PAIRS = 300
 
 
 def equivalence_alpha(alpha: float = ALPHA) -> float:
@@ -219,15 +223,15 @@ def verdict(
 ) -> str:
     """GO / NO-GO / NEUTRAL / INCONCLUSIVE for one look (see the module doc)."""
     p = look.p_anytime if p_adjusted is None else p_adjusted
-    est, lo, hi = look.estimate, look.low, look.high
-    if look.drift or lo > hi:  # the looks' intervals no longer overlap: the data drifted
+    est = look.estimate
+    if look.drift or look.low > look.high:  # the looks' intervals no longer overlap: drift
         return INCONCLUSIVE
+    lo, hi = look.equivalence()  # each bound misses its side with probability <= alpha
     if p < alpha and est >= delta and lo > delta / 2:
         return GO if higher_is_better else NO_GO
     if p < alpha and est <= -delta and hi < -delta / 2:
         return NO_GO if higher_is_better else GO
-    eq_lo, eq_hi = look.equivalence()
-    if -delta < eq_lo and eq_hi < delta:
+    if -delta < lo and hi < delta:
         return NEUTRAL
     return INCONCLUSIVE
 
@@ -236,28 +240,29 @@ def pairs_to_decide(
     look: Look,
     delta: float,
     alpha: float = ALPHA,
-    rho: float | None = None,
     *,
     near: float | None = None,
     rate: Callable[[int], float] | None = None,
 ):
     """How many pairs in all would likely decide an INCONCLUSIVE look: the n at which an
     interval of today's shape, centred on today's estimate, would be decisive. The interval
-    narrows like ``rate(n)`` (default: this rule's b_n / n, its half-width in ranks over n,
-    of the decision sequence for a GO/NO-GO and of the equivalence sequence for a NEUTRAL),
-    scaled from today's width. ``near``: how far past zero the near bound must lie for a
-    GO/NO-GO (this rule: half the threshold; a fixed-n rule: 0). None when today's interval
-    is not finite yet (too few pairs to scale from)."""
+    (the one-sided sequence the verdict bounds, ``Look.equivalence``) narrows like
+    ``rate(n)`` (default: its b_n / n, its half-width in ranks over n), scaled from today's
+    width. ``near``: how far past zero the near bound must lie for a GO/NO-GO (this rule:
+    half the threshold; a fixed-n rule: 0). None when today's interval is not finite yet (too
+    few pairs to scale from)."""
     est = look.estimate
+    low, high = look.equivalence()
     if abs(est) >= delta:  # towards GO/NO-GO: the near bound must pass ``near``
-        low, high = look.low, look.high
         needed = abs(est) - (delta / 2 if near is None else near)
-        rate = rate or (lambda n: boundary(n, alpha, rho) / n)
     else:  # towards NEUTRAL: the far bound must come inside the threshold
-        low, high = look.equivalence()
         needed = delta - abs(est)
+    if rate is None:
         eq_alpha, eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
-        rate = rate or (lambda n: boundary(n, eq_alpha, eq_rho) / n)
+
+        def rate(n: int) -> float:
+            return boundary(n, eq_alpha, eq_rho) / n
+
     if look.n < 2 or not (math.isfinite(low) and math.isfinite(high)) or needed <= 0:
         return None
     half = (high - low) / 2
@@ -366,7 +371,7 @@ class Stopper:
         for s in self.stops.values():
             s.pairs_needed = None
             if s.verdict == INCONCLUSIVE and s.state.last is not None:
-                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha, s.state.rho)
+                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha)
         return self.running()
 
     def seconds_needed(self, workload: str) -> float | None:
