@@ -177,6 +177,7 @@ void hb_extra_work_init(hb_extra_work *work, double units, uint64_t ops) {
     work->units_q16 = (uint64_t)llround(units * 65536.0);
     work->carry_q16 = 0;
     work->ops = ops;
+    work->countdown = HB_EXTRA_OPS_PERIOD;
     work->chain = 1;
 }
 

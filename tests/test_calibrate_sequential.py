@@ -110,18 +110,18 @@ def test_sequential_calibration_real_run(tmp_path, bench_dir):
         main,
         [
             "calibrate", "--sequential", "-a", "system", "-w", "mixed_short",
-            "--condition", "0@1", "--condition", "8@1", "--trials", "1", "--max-time", "2",
+            "--condition", "0@1", "--condition", "5000@1", "--trials", "1", "--max-time", "2",
             "--warmup", "1", "--out", str(out),
         ],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "sequential.json").read_text())
     rows = {c["condition"]: c for c in doc["conditions"]}
-    assert set(rows) == {"0@1", "8@1"}
+    assert set(rows) == {"0@1", "5000@1"}
     for c in rows.values():
         assert c["trials"] == 1 and sum(c["verdicts"].values()) == 1
         assert 0 < c["seconds_median"] < 10 and c["pairs_median"] >= 1
-    assert rows["8@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # K=8 injects real work
+    assert rows["5000@1"]["effect_pct"] > rows["0@1"]["effect_pct"]  # real injected work
     lines = (out / "trials.jsonl").read_text().splitlines()
     assert len(lines) == 2
     for t in map(json.loads, lines):  # each trial is a whole default ab, kept
