@@ -18,7 +18,7 @@ static const char usage[] =
     "  --ws N          working-set slots (default 400)\n"
     "  --seed N        PRNG seed (default 1)\n"
     "  --extra-work N  N units of dummy work per op, N may be fractional (default 0)\n"
-    "  --extra-ops N   a burst of N units every 1024 ops: a steady cost in fine steps (default 0)\n";
+    "  --extra-ops N   a burst of N units every 1024 ops, a steady cost (default 0)\n";
 
 typedef struct {
     uint64_t iters, min_size, max_size, ws, seed;
