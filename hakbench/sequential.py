@@ -118,6 +118,18 @@ def boundary(n: int, alpha: float = ALPHA, rho: float | None = None) -> float:
     return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha**2)))
 
 
+def one_sided_boundary(n: int, alpha: float = ALPHA) -> float:
+    """b_n of the sequence whose bound on each side misses with probability <= alpha (the
+    one NEUTRAL and GO/NO-GO's half-threshold condition use)."""
+    return boundary(n, equivalence_alpha(alpha), _equivalence_rho(alpha))
+
+
+def one_sided_cs(x: Sequence[float], alpha: float = ALPHA) -> tuple:
+    """(low, high) of that sequence at n = len(x): each bound misses with probability <=
+    alpha."""
+    return median_cs(x, equivalence_alpha(alpha), _equivalence_rho(alpha))
+
+
 def median_cs(x: Sequence[float], alpha: float = ALPHA, rho: float | None = None) -> tuple:
     """(low, high) of the confidence sequence for the median at n = len(x); +-inf where the
     data are still too few to bound a side."""
@@ -260,10 +272,9 @@ def pairs_to_decide(
     else:  # towards NEUTRAL: the far bound must come inside the threshold
         needed = delta - abs(est)
     if rate is None:
-        eq_alpha, eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
 
         def rate(n: int) -> float:
-            return boundary(n, eq_alpha, eq_rho) / n
+            return one_sided_boundary(n, alpha) / n
 
     if look.n < 2 or not (math.isfinite(low) and math.isfinite(high)) or needed <= 0:
         return None

@@ -81,8 +81,7 @@ def test_equivalence_sequence_decides_an_aa_sooner_than_the_decision_sequence(mo
     spread of 0.1 was measured here with one core busy) it is narrower than the GO/NO-GO one,
     so the same simulated A/As end NEUTRAL after fewer pairs."""
     for n in (400, 800, 1600):
-        eq = sq.boundary(n, sq.equivalence_alpha(), sq._equivalence_rho(sq.ALPHA))
-        assert eq < 0.93 * sq.boundary(n)
+        assert sq.one_sided_boundary(n) < 0.93 * sq.boundary(n)
     loaded = {"runs": 200, "seed": 12, "sigma": 0.1, "budget": 5000}
     now = [n for v, n in simulate(0.0, **loaded) if v == NEUTRAL]
     # the rule before: NEUTRAL judged on the 95 % decision sequence itself
