@@ -181,7 +181,8 @@ class Look:
     low: float  # the confidence sequence at this look
     high: float
     p_anytime: float  # 1 / max M over the looks so far
-    # the equivalence sequence at this look (NEUTRAL's); None: the same as (low, high)
+    # the one-sided sequence at this look (NEUTRAL's and the half-threshold bound's); None:
+    # the same as (low, high), as for a fixed-n CI
     eq_low: float | None = None
     eq_high: float | None = None
     # the intervals of the looks so far have no point in common: the data do not fit one
@@ -189,7 +190,7 @@ class Look:
     drift: bool = False
 
     def equivalence(self) -> tuple[float, float]:
-        """The interval NEUTRAL is judged on."""
+        """The one-sided interval: NEUTRAL and GO/NO-GO's half-threshold bound."""
         if self.eq_low is None or self.eq_high is None:
             return self.low, self.high
         return self.eq_low, self.eq_high
