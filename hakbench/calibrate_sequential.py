@@ -16,8 +16,9 @@ the ops, and the branch pattern that makes costs small K more than its share (K 
 3.4 %), so no K made a steady 0.7 %; one or two dependent operations on every op were tried
 too and cost 0.7 % in one run and nothing in the next (out-of-order execution hides them
 when it has room). A burst of hundreds is longer than the reorder window and cannot hide.
-On `mixed` at 250k iterations here K = 140 cost 0.8 % and 250 1.4-1.7 % (2026-11-23), so
-the defaults are 130 and 280; each run measures the effect it really had.
+On `mixed` at 250k iterations here K = 140 cost 0.8 % and 250 1.4-1.7 % on a quiet machine,
+while beside a busy loop 130 cost nothing measurable, 200 0.56 % and 280 1.77 %
+(2026-11-23), so the defaults are 200 and 280; each run measures the effect it really had.
 
 The effect of a K depends on the machine, so each condition's effect is measured from all
 its pairs (their paired median) and reported beside its verdicts. Per condition: the
@@ -46,7 +47,7 @@ from hakbench.errors import UsageError
 from hakbench.schedule import complete_pairs
 from hakbench.stats import GO, NEUTRAL, NO_GO
 
-DEFAULT_CONDITIONS = ("0@1", "280@1", "130@0.5")
+DEFAULT_CONDITIONS = ("0@1", "280@1", "200@0.5")
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 
@@ -60,7 +61,7 @@ def parse_condition(text: str) -> tuple[int, float, int]:
         t = float(t)
     except ValueError:
         raise UsageError(
-            f"condition {text!r}: expected K@THRESHOLD with K a whole number of ops, e.g. 2@1"
+            f"condition {text!r}: expected K@THRESHOLD with K a whole number of ops, e.g. 280@1"
         ) from None
     if k < 0 or ka < 0 or t <= 0:
         raise UsageError(f"condition {text!r}: K must be >= 0 and the threshold > 0")
