@@ -183,10 +183,10 @@ void hb_start_detached_thread(void *(*fn)(void *), void *arg);
  *   on some ops, none on others), whose branch pattern makes small N cost more than its
  *   share, and a round or two per op can hide in the gaps of out-of-order execution;
  * - ops (--extra-ops N): one burst of N rounds every HB_EXTRA_OPS_PERIOD ops. A burst of
- *   hundreds of rounds is far longer than the reorder window, so its latency cannot hide,
- *   and the one branch it adds goes the other way once a period: a steady cost that grows
- *   in fine steps with N (on `mixed` at 250k iterations here, 2026-11-23: N = 140 cost
- *   0.8 %, 170 1.0 %, 250 1.4-1.7 %, paired medians of 1,000 pairs each). */
+ *   hundreds of rounds is far longer than the reorder window, so its latency cannot hide.
+ *   hb_mixed_run runs the loop in chunks of a period with a burst between them, so the loop
+ *   itself is the same with and without bursts (the instruction gate counts it). A steady
+ *   cost that grows in fine steps with N: docs/measuring.md has what N cost here. */
 
 #define HB_EXTRA_OPS_PERIOD 1024
 
@@ -194,7 +194,6 @@ typedef struct {
     uint64_t units_q16; /* N in 16.16 fixed point */
     uint64_t carry_q16; /* dithering remainder, so the mean over ops is exactly units_q16 */
     uint64_t ops;       /* rounds per burst */
-    uint64_t countdown; /* ops until the next burst */
     uint64_t chain;
 } hb_extra_work;
 
@@ -211,15 +210,13 @@ static inline uint64_t hb_extra_rounds(uint64_t m, uint64_t rounds) {
     return m;
 }
 
+/* The dithered units after each op; the bursts come between chunks of ops (hb_mixed_run),
+ * so a loop without them carries no trace of them: the instruction gate counts it too. */
 static inline void hb_extra_work_op(hb_extra_work *work) {
     uint64_t total = work->carry_q16 + work->units_q16;
+    uint64_t rounds = total >> 16;
     work->carry_q16 = total & 0xffff;
-    uint64_t m = hb_extra_rounds(work->chain, total >> 16);
-    if (work->ops && --work->countdown == 0) {
-        work->countdown = HB_EXTRA_OPS_PERIOD;
-        m = hb_extra_rounds(m, work->ops);
-    }
-    work->chain = m;
+    work->chain = hb_extra_rounds(work->chain, rounds);
 }
 
 /* ---- the random-mixed core shared by random_mixed, mid_large_mt and soak ---- */
