@@ -113,10 +113,10 @@ class ABSpec:
     perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
     observe: bool = True
     name: str | None = None
-    # calibration only (`calibrate --sequential`): side B passes the harness's --extra-work K,
-    # side A --extra-work 0, a known injected slowdown
-    extra_work: float | None = None
-    baseline_extra_work: float = 0.0  # side A's K when extra_work is set
+    # calibration only (`calibrate --sequential`): side B passes the harness's --extra-ops K,
+    # side A --extra-ops KA, a known injected slowdown
+    extra_ops: int | None = None
+    baseline_extra_ops: int = 0  # side A's K when extra_ops is set
 
     @property
     def sequential(self) -> bool:
@@ -131,7 +131,7 @@ class ABSpec:
             and self.baseline_allocator in (None, self.allocator)
             and self.baseline_variant in (None, self.variant)
             and self.rev == self.baseline_rev
-            and not self.extra_work
+            and not self.extra_ops
         )
 
     def describe(self) -> str:
@@ -148,9 +148,9 @@ class ABSpec:
             {},
         )
         text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
-        if self.extra_work is not None:
+        if self.extra_ops is not None:
             text += (
-                f" --extra-work {self.extra_work:g} against A's {self.baseline_extra_work:g}"
+                f" --extra-ops {self.extra_ops} against A's {self.baseline_extra_ops}"
                 " (a known injected cost)"
             )
         return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
@@ -341,10 +341,10 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
                     f"--metric {spec.metric} measures harness programs; command workload {w} "
                     f"is judged on its own {resolve_workload(w).primary_metric} (drop --metric)"
                 )
-    if spec.extra_work is not None and any(
+    if spec.extra_ops is not None and any(
         resolve_workload(w).command is not None for w in expand_workloads(spec.workloads)
     ):
-        raise UsageError("--extra-work is a harness option: harness workloads only")
+        raise UsageError("--extra-ops is a harness option: harness workloads only")
     return build_cells_why(spec, builds or {})
 
 
@@ -554,13 +554,13 @@ def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec
 
 
 def _args(spec: ABSpec, cell: Cell, slot) -> list | None:
-    """The harness arguments of a slot: the cell's own, or with calibration's --extra-work."""
-    if spec.extra_work is None:
+    """The harness arguments of a slot: the cell's own, or with calibration's --extra-ops."""
+    if spec.extra_ops is None:
         return None
-    from hakbench.calibrate import extra_work_arg
+    from hakbench.calibrate import extra_ops_arg
 
-    k = spec.extra_work if slot.side == "B" else spec.baseline_extra_work
-    return [*cell.workload.args, *extra_work_arg(k)]
+    k = spec.extra_ops if slot.side == "B" else spec.baseline_extra_ops
+    return [*cell.workload.args, *extra_ops_arg(k)]
 
 
 def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -> None:

@@ -81,6 +81,11 @@ def extra_work_arg(k: float) -> tuple[str, str]:
     return ("--extra-work", f"{k:.4f}")
 
 
+def extra_ops_arg(k: int) -> tuple[str, str]:
+    """``--extra-ops``, fixed width (``0002``) like ``extra_work_arg``."""
+    return ("--extra-ops", f"{k:04d}")
+
+
 def run_trial(
     cell,
     k: float,

@@ -4,12 +4,21 @@
 way a sequential ``ab`` will: interleaved A/B pairs of one workload, a look after every
 pair, a stop as soon as the verdict is decisive (GO, NO-GO, NEUTRAL) or when the time or
 pair budget runs out (INCONCLUSIVE). Each condition is a known truth, given as ``K@T``: side
-B runs the harness's ``--extra-work K`` (side A K=0), judged at threshold T %. Issue #17's
-three:
+B runs the harness's ``--extra-ops K`` (a burst of K dependent multiply-adds every 1,024
+ops; side A none), judged at threshold T %. Issue #17's three:
 
 - ``0@1``: A/A. Any GO or NO-GO is a false verdict (wanted: <= 5 %).
 - ``K@1`` with K making B ~1.7 % slower: NO-GO wanted in >= 95 %, NEUTRAL never.
 - ``K@0.5`` with K making B ~0.7 % slower: NO-GO wanted in >= 90 %.
+
+``--extra-ops`` and not the fractional ``--extra-work``: the latter dithers its fraction over
+the ops, and the branch pattern that makes costs small K more than its share (K = 0.125 cost
+3.4 %), so no K made a steady 0.7 %; one or two dependent operations on every op were tried
+too and cost 0.7 % in one run and nothing in the next (out-of-order execution hides them
+when it has room). A burst of hundreds is longer than the reorder window and cannot hide.
+On `mixed` at 250k iterations here K = 140 cost 0.8 % and 250 1.4-1.7 % on a quiet machine,
+while beside a busy loop 130 cost nothing measurable, 200 0.56 % and 280 1.77 %
+(2026-11-23), so the defaults are 200 and 280; each run measures the effect it really had.
 
 The effect of a K depends on the machine, so each condition's effect is measured from all
 its pairs (their paired median) and reported beside its verdicts. Per condition: the
@@ -17,7 +26,7 @@ verdict counts, the median and 90th percentile of the seconds and pairs to the s
 
 Each real trial is one default ``hakbench ab`` (``hakbench.ab.run_ab``: the same warm-ups,
 run length, engagement and perf runs, the same ``sequential.Stopper`` after every round),
-with side B passing ``--extra-work K``; its results directory is kept under ``trials/``.
+with side B passing ``--extra-ops K``; its results directory is kept under ``trials/``.
 ``sequential_trial`` drives the same Stopper with a pair source and a clock, pure of
 processes, so tests feed it simulated pairs.
 """
@@ -38,21 +47,22 @@ from hakbench.errors import UsageError
 from hakbench.schedule import complete_pairs
 from hakbench.stats import GO, NEUTRAL, NO_GO
 
-DEFAULT_CONDITIONS = ("0@1", "0.5@1", "0.25@0.5")
+DEFAULT_CONDITIONS = ("0@1", "280@1", "200@0.5")
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 
-def parse_condition(text: str) -> tuple[float, float, float]:
-    """``K@T`` -> (K, threshold %, 0): side B runs K, side A 0. ``KA:K@T`` -> (K, T, KA):
-    side A runs KA, so B - A is the cost of K - KA units on top of the same loop (a smaller
-    effect than any K alone gives where small K cost more than their share). K, KA >= 0,
-    T > 0."""
+def parse_condition(text: str) -> tuple[int, float, int]:
+    """``K@T`` -> (K, threshold %, 0): side B runs K extra ops, side A 0. ``KA:K@T`` -> (K,
+    T, KA): side A runs KA, so B - A is the cost of K - KA ops on top of the same loop.
+    K, KA: integers >= 0; T > 0."""
     try:
         ks, t = text.split("@")
-        ka, k = (float(x) for x in ks.split(":")) if ":" in ks else (0.0, float(ks))
+        ka, k = (int(x) for x in ks.split(":")) if ":" in ks else (0, int(ks))
         t = float(t)
     except ValueError:
-        raise UsageError(f"condition {text!r}: expected K@THRESHOLD, e.g. 0.5@1") from None
+        raise UsageError(
+            f"condition {text!r}: expected K@THRESHOLD with K a whole number of ops, e.g. 280@1"
+        ) from None
     if k < 0 or ka < 0 or t <= 0:
         raise UsageError(f"condition {text!r}: K must be >= 0 and the threshold > 0")
     return k, t, ka
@@ -61,7 +71,7 @@ def parse_condition(text: str) -> tuple[float, float, float]:
 @dataclass
 class SeqTrial:
     condition: str
-    extra_work: float
+    extra_ops: int
     threshold_pct: float
     index: int
     verdict: str
@@ -72,7 +82,7 @@ class SeqTrial:
     high: float
     failed: int = 0
     log_ratios: list = field(default_factory=list)
-    baseline_extra_work: float = 0.0  # K of side A
+    baseline_extra_ops: int = 0  # K of side A
     call_seconds: float | None = None  # the whole ab call: + engagement and perf runs, report
     iterations: str = ""  # the run length the ab used, and why
     out: str = ""
@@ -203,15 +213,15 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
         n = len(ts)
         counts = Counter(t.verdict for t in ts)
         logs = [x for t in ts for x in t.log_ratios]
-        k = ts[0].extra_work
-        aa = k == ts[0].baseline_extra_work
+        k = ts[0].extra_ops
+        aa = k == ts[0].baseline_extra_ops
         # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
         hits = counts[GO] + counts[NO_GO] if aa else counts[NO_GO]
         secs = [t.seconds for t in ts]
         rows.append(
             {
                 "condition": c,
-                "extra_work": k,
+                "extra_ops": k,
                 "threshold_pct": ts[0].threshold_pct,
                 "trials": n,
                 "effect_pct": round(100 * (1 / math.exp(float(np.median(logs))) - 1), 3)

@@ -46,7 +46,10 @@ def wait_group(proc: subprocess.Popen, timeout: float) -> tuple[int, object, boo
         _, status, ru = os.wait4(proc.pid, 0)
     except KeyboardInterrupt:
         kill_group()
-        os.wait4(proc.pid, 0)
+        try:
+            os.wait4(proc.pid, 0)
+        except ChildProcessError:  # Ctrl-C landed just after wait4 had reaped it
+            pass
         proc.returncode = -1
         raise
     finally:

@@ -54,9 +54,10 @@ def log_delta(threshold_pct: float) -> float:
 
 
 def half_width(spread: float, n: int, alpha: float = st.ALPHA) -> float:
-    """Expected half-width (log units) of the confidence sequence after ``n`` pairs of this
-    spread: (b_n / n) / f(0) with f the density of the pairs at their median."""
-    return spread * _SQRT_2PI * seq.boundary(n, alpha) / n
+    """Expected half-width (log units) of the one-sided sequence whose near bound decides a
+    GO/NO-GO, after ``n`` pairs of this spread: (b_n / n) / f(0) with f the density of the
+    pairs at their median."""
+    return spread * _SQRT_2PI * seq.one_sided_boundary(n, alpha) / n
 
 
 def pairs_needed(spread: float, threshold_pct: float, alpha: float = st.ALPHA) -> int | None:

@@ -31,6 +31,7 @@ to learn how it really ended, and perf's tool times count only when perf did rea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal as _signal
 import subprocess
@@ -136,6 +137,11 @@ def instruction_sample(cell, phase: str = "instructions") -> dict:
     return sample
 
 
+def _read_back(f) -> str:
+    f.seek(0)
+    return f.read().decode(errors="replace")
+
+
 def run_sample(
     cell,
     *,
@@ -166,27 +172,27 @@ def run_sample(
         sample["error"] = f"{argv[0]} not built (run `make build`)"
         return sample
     use_perf = perf and perf_usable()
-    with tempfile.TemporaryDirectory(prefix="hakbench-") as tmp:
-        out_path, err_path, perf_path = (Path(tmp) / n for n in ("out", "err", "perf.csv"))
-        full = argv
+    # stdout and stderr go to anonymous files: no directory to make and remove per process,
+    # a sizeable share of a short pair's overhead; only perf's CSV needs a name
+    with contextlib.ExitStack() as files:
+        out, err = (files.enter_context(tempfile.TemporaryFile()) for _ in range(2))
+        full, perf_path = argv, None
         if use_perf:
+            tmp = files.enter_context(tempfile.TemporaryDirectory(prefix="hakbench-"))
+            perf_path = Path(tmp) / "perf.csv"
             full = ["perf", "stat", "-x,", "-o", str(perf_path), "-e", ",".join(perf_events())]
             full += ["--", *argv]
         sample["launcher"] = "perf" if use_perf else "direct"
         t0 = time.perf_counter()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            try:
-                proc = subprocess.Popen(
-                    full, stdout=out, stderr=err, env=env, start_new_session=True
-                )
-            except OSError as e:
-                sample["error"] = f"cannot start {full[0]}: {e}"
-                return sample
-            status, ru, timed_out = wait_group(proc, timeout)
+        try:
+            proc = subprocess.Popen(full, stdout=out, stderr=err, env=env, start_new_session=True)
+        except OSError as e:
+            sample["error"] = f"cannot start {full[0]}: {e}"
+            return sample
+        status, ru, timed_out = wait_group(proc, timeout)
         sample["wall_s"] = time.perf_counter() - t0
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
-        perf_text = perf_path.read_text(errors="replace") if perf_path.exists() else ""
+        stdout, stderr = (_read_back(f) for f in (out, err))
+        perf_text = perf_path.read_text(errors="replace") if use_perf and perf_path.exists() else ""
     sample["stderr_tail"] = tail(stderr)
     code = os.waitstatus_to_exitcode(status)
     sig = -code if code < 0 else None

@@ -28,11 +28,23 @@ p-value for "no change" (m = 0); Holm's correction across workloads applies to i
 p-value. ``rho`` sets the n at which the boundary is tightest (``rho_for``).
 
 Verdicts (in log-ratio units, delta = log(1 + threshold)):
-- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the whole interval
-  lies beyond half the threshold on that side. The last condition keeps a real change
-  smaller than half the threshold from ever being called GO/NO-GO, whatever the number of
-  looks (it would need the interval to miss the true value: probability <= alpha).
-- NEUTRAL: the whole interval lies within +-delta (equivalent within the threshold).
+- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the one-sided
+  interval below lies beyond half the threshold on that side. The p-value keeps an A/A from
+  being called GO or NO-GO (two-sided, alpha in all); the last condition keeps a real change
+  of at most half the threshold from it, whatever the number of looks (it would need the
+  bound on that side to miss the true value: probability <= alpha).
+- NEUTRAL: that interval lies within +-delta (equivalent within the threshold): the two
+  one-sided tests of an equivalence test (TOST), each at alpha.
+
+The one-sided interval is a second confidence sequence of the same kind, at
+``equivalence_alpha(alpha)`` and tightest at ``EQUIVALENCE_TIGHTEST_PAIRS``. Each claim it
+backs fails only when the bound on one side misses the true median at some look (a false
+NEUTRAL needs a true change of at least the threshold and the bound on its side below it);
+for the symmetric mixture that one-sided miss has probability at most alpha' / (2 - alpha')
+(the mixture's other half is at most 1 there), which ``equivalence_alpha`` sets to alpha. It
+is narrower than the two-sided sequence at alpha, which guards against a false GO/NO-GO in
+either direction, and it is tightest a little later: an A/A's NEUTRAL takes hundreds of pairs
+here.
 - INCONCLUSIVE: anything else; the data so far cannot tell. The estimate of how many more
   pairs would decide comes from how the boundary narrows with n.
 """
@@ -56,13 +68,24 @@ RULE = (
     "looking after every round does not raise the error rate: hakbench.sequential) and its "
     "anytime-valid p, adjusted by Holm across the workloads of the call. A workload stops "
     "GO when p_holm < {alpha}, the median improves on A by at least the threshold "
-    "({threshold:g} %) and the whole sequence lies beyond half the threshold; NO-GO the same "
-    "for a regression; NEUTRAL when the whole sequence lies within +-threshold (equivalent). "
+    "({threshold:g} %) and the near bound of a one-sided sequence (each bound misses with "
+    "probability <= {alpha}) lies beyond half the threshold; NO-GO the same for a "
+    "regression; NEUTRAL when both one-sided bounds lie within +-threshold (equivalent: two "
+    "one-sided tests at {alpha}). The CI printed is the two-sided sequence. "
     "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
 )
 DEFAULT_TIGHTEST_PAIRS = 100  # where the boundary is tightest: typical decisive n here
+# where the one-sided sequence is tightest: between a clear NO-GO (~100 pairs here) and an
+# A/A's NEUTRAL (hundreds)
+EQUIVALENCE_TIGHTEST_PAIRS = 300
+
+
+def equivalence_alpha(alpha: float = ALPHA) -> float:
+    """The level of the two-sided sequence whose one-sided miss is at most ``alpha``:
+    alpha' / (2 - alpha') = alpha."""
+    return 2 * alpha / (1 + alpha)
 
 
 def rho_for(n_opt: int = DEFAULT_TIGHTEST_PAIRS, alpha: float = ALPHA) -> float:
@@ -83,11 +106,28 @@ def _default_rho(alpha: float) -> float:
     return rho_for(alpha=alpha)
 
 
+@functools.lru_cache(maxsize=8)
+def _equivalence_rho(alpha: float) -> float:
+    return rho_for(EQUIVALENCE_TIGHTEST_PAIRS, equivalence_alpha(alpha))
+
+
 def boundary(n: int, alpha: float = ALPHA, rho: float | None = None) -> float:
     """b_n: |#{x_i <= median} - n/2| stays below this for all n, w.p. >= 1 - alpha."""
     rho = rho if rho is not None else _default_rho(alpha)
     v = n / 4
     return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha**2)))
+
+
+def one_sided_boundary(n: int, alpha: float = ALPHA) -> float:
+    """b_n of the sequence whose bound on each side misses with probability <= alpha (the
+    one NEUTRAL and GO/NO-GO's half-threshold condition use)."""
+    return boundary(n, equivalence_alpha(alpha), _equivalence_rho(alpha))
+
+
+def one_sided_cs(x: Sequence[float], alpha: float = ALPHA) -> tuple:
+    """(low, high) of that sequence at n = len(x): each bound misses with probability <=
+    alpha."""
+    return median_cs(x, equivalence_alpha(alpha), _equivalence_rho(alpha))
 
 
 def median_cs(x: Sequence[float], alpha: float = ALPHA, rho: float | None = None) -> tuple:
@@ -141,9 +181,19 @@ class Look:
     low: float  # the confidence sequence at this look
     high: float
     p_anytime: float  # 1 / max M over the looks so far
+    # the one-sided sequence at this look (NEUTRAL's and the half-threshold bound's); None:
+    # the same as (low, high), as for a fixed-n CI
+    eq_low: float | None = None
+    eq_high: float | None = None
     # the intervals of the looks so far have no point in common: the data do not fit one
     # fixed change (the machine drifted), so nothing is decided
     drift: bool = False
+
+    def equivalence(self) -> tuple[float, float]:
+        """The one-sided interval: NEUTRAL and GO/NO-GO's half-threshold bound."""
+        if self.eq_low is None or self.eq_high is None:
+            return self.low, self.high
+        return self.eq_low, self.eq_high
 
 
 class Sequence_:
@@ -152,6 +202,7 @@ class Sequence_:
     def __init__(self, alpha: float = ALPHA, rho: float | None = None):
         self.alpha = alpha
         self.rho = rho if rho is not None else _default_rho(alpha)
+        self.eq_alpha, self.eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
         self.low, self.high = -math.inf, math.inf
         self.max_evidence = 1.0
         self.last: Look | None = None
@@ -172,7 +223,8 @@ class Sequence_:
         n = len(xs)
         est = float(xs[(n - 1) // 2] + xs[n // 2]) / 2 if n else math.nan
         p = min(1.0, 1.0 / self.max_evidence)
-        self.last = Look(n, est, lo, hi, p, drift=self.low > self.high)
+        eq_lo, eq_hi = _cs_of_sorted(xs, self.eq_alpha, self.eq_rho)
+        self.last = Look(n, est, lo, hi, p, eq_lo, eq_hi, drift=self.low > self.high)
         return self.last
 
 
@@ -186,9 +238,10 @@ def verdict(
 ) -> str:
     """GO / NO-GO / NEUTRAL / INCONCLUSIVE for one look (see the module doc)."""
     p = look.p_anytime if p_adjusted is None else p_adjusted
-    est, lo, hi = look.estimate, look.low, look.high
-    if look.drift or lo > hi:  # the looks' intervals no longer overlap: the data drifted
+    est = look.estimate
+    if look.drift or look.low > look.high:  # the looks' intervals no longer overlap: drift
         return INCONCLUSIVE
+    lo, hi = look.equivalence()  # each bound misses its side with probability <= alpha
     if p < alpha and est >= delta and lo > delta / 2:
         return GO if higher_is_better else NO_GO
     if p < alpha and est <= -delta and hi < -delta / 2:
@@ -202,29 +255,31 @@ def pairs_to_decide(
     look: Look,
     delta: float,
     alpha: float = ALPHA,
-    rho: float | None = None,
     *,
     near: float | None = None,
     rate: Callable[[int], float] | None = None,
 ):
     """How many pairs in all would likely decide an INCONCLUSIVE look: the n at which an
     interval of today's shape, centred on today's estimate, would be decisive. The interval
-    narrows like ``rate(n)`` (default: this rule's b_n / n, its half-width in ranks over n),
-    scaled from today's width. ``near``: how far past zero the near bound must lie for a
-    GO/NO-GO (this rule: half the threshold; a fixed-n rule: 0). None when today's interval
-    is not finite yet (too few pairs to scale from)."""
-    if look.n < 2 or not (math.isfinite(look.low) and math.isfinite(look.high)):
-        return None
-    rate = rate or (lambda n: boundary(n, alpha, rho) / n)
-    near = delta / 2 if near is None else near
-    half = (look.high - look.low) / 2
+    (the one-sided sequence the verdict bounds, ``Look.equivalence``) narrows like
+    ``rate(n)`` (default: its b_n / n, its half-width in ranks over n), scaled from today's
+    width. ``near``: how far past zero the near bound must lie for a GO/NO-GO (this rule:
+    half the threshold; a fixed-n rule: 0). None when today's interval is not finite yet (too
+    few pairs to scale from)."""
     est = look.estimate
-    if abs(est) >= delta:
-        needed = abs(est) - near  # the near bound must pass ``near``
-    else:
-        needed = delta - abs(est)  # the far bound must come inside the threshold
-    if needed <= 0:
+    low, high = look.equivalence()
+    if abs(est) >= delta:  # towards GO/NO-GO: the near bound must pass ``near``
+        needed = abs(est) - (delta / 2 if near is None else near)
+    else:  # towards NEUTRAL: the far bound must come inside the threshold
+        needed = delta - abs(est)
+    if rate is None:
+
+        def rate(n: int) -> float:
+            return one_sided_boundary(n, alpha) / n
+
+    if look.n < 2 or not (math.isfinite(low) and math.isfinite(high)) or needed <= 0:
         return None
+    half = (high - low) / 2
     rate_now = rate(look.n)
     n = look.n
     while n < 10**7:
@@ -330,7 +385,7 @@ class Stopper:
         for s in self.stops.values():
             s.pairs_needed = None
             if s.verdict == INCONCLUSIVE and s.state.last is not None:
-                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha, s.state.rho)
+                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha)
         return self.running()
 
     def seconds_needed(self, workload: str) -> float | None:

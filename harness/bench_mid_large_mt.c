@@ -29,7 +29,7 @@ typedef struct {
 static void *run_worker(void *arg) {
     worker *w = arg;
     hb_extra_work no_work;
-    hb_extra_work_init(&no_work, 0);
+    hb_extra_work_init(&no_work, 0, 0);
     pthread_barrier_wait(w->start_line);
     w->timed.start = hb_now();
     hb_mixed_run(&w->mixed, w->iters, &no_work);

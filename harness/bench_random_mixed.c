@@ -10,18 +10,20 @@
 
 static const char usage[] =
     "usage: bench_random_mixed --iters N [--min B] [--max B] [--ws N] [--seed N]\n"
-    "                          [--extra-work N]\n"
+    "                          [--extra-work N] [--extra-ops N]\n"
     "   or: bench_random_mixed ITERS WS SEED   (sizes from HAKMEM_BENCH_MIN_SIZE,\n"
     "       HAKMEM_BENCH_MAX_SIZE; HAKMEM_BENCH_C7_ONLY=1 means 1024 B only)\n"
     "  --iters N       iterations, one malloc or free each (0 measures start-up only)\n"
     "  --min/--max B   block sizes, uniform in [min,max] (default 16..1024)\n"
     "  --ws N          working-set slots (default 400)\n"
     "  --seed N        PRNG seed (default 1)\n"
-    "  --extra-work N  N units of dummy work per op, N may be fractional (default 0)\n";
+    "  --extra-work N  N units of dummy work per op, N may be fractional (default 0)\n"
+    "  --extra-ops N   a burst of N units every 1024 ops, a steady cost (default 0)\n";
 
 typedef struct {
     uint64_t iters, min_size, max_size, ws, seed;
     double extra_work;
+    uint64_t extra_ops;
 } config;
 
 static uint64_t env_u64(const char *name, uint64_t fallback) {
@@ -59,6 +61,7 @@ static void parse_args(int argc, char **argv, config *cfg) {
         {"--ws", HB_OPT_U64, &cfg->ws, false, false},
         {"--seed", HB_OPT_U64, &cfg->seed, false, false},
         {"--extra-work", HB_OPT_DOUBLE, &cfg->extra_work, false, false},
+        {"--extra-ops", HB_OPT_U64, &cfg->extra_ops, false, false},
     };
     hb_parse_flags(argc, argv, opts, sizeof opts / sizeof opts[0]);
 }
@@ -71,9 +74,10 @@ int main(int argc, char **argv) {
     hb_check_range("--ws", cfg.ws, 1, HB_MAX_WORKING_SET);
     if (cfg.extra_work > 1e6)
         hb_usage_error("--extra-work must be at most 1000000, got %g", cfg.extra_work);
+    hb_check_range("--extra-ops", cfg.extra_ops, 0, 1000000);
 
     hb_extra_work work;
-    hb_extra_work_init(&work, cfg.extra_work);
+    hb_extra_work_init(&work, cfg.extra_work, cfg.extra_ops);
     hb_mixed mixed;
     hb_mixed_init(&mixed, cfg.ws, cfg.min_size, cfg.max_size, cfg.seed);
 
@@ -87,8 +91,9 @@ int main(int argc, char **argv) {
 
     hb_print_result(cfg.iters, seconds, checksum);
     printf("iters=%" PRIu64 "\nws=%" PRIu64 "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64
-           "\nextra_work=%.6f\n",
-           cfg.iters, cfg.ws, cfg.min_size, cfg.max_size, cfg.seed, hb_extra_work_units(&work));
+           "\nextra_work=%.6f\nextra_ops=%" PRIu64 "\n",
+           cfg.iters, cfg.ws, cfg.min_size, cfg.max_size, cfg.seed, hb_extra_work_units(&work),
+           cfg.extra_ops);
     hb_flush_stdout();
     return 0;
 }

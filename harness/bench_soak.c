@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
 
     install_stop_handlers();
     hb_extra_work no_work;
-    hb_extra_work_init(&no_work, 0);
+    hb_extra_work_init(&no_work, 0, 0);
     hb_mixed mixed;
     hb_mixed_init(&mixed, ws, min_size, max_size, seed);
     uint64_t total_ops = 0, epochs_done = 0, leaked_bytes = 0;

@@ -173,9 +173,10 @@ void hb_start_detached_thread(void *(*fn)(void *), void *arg) {
 
 static volatile uint64_t extra_work_sink;
 
-void hb_extra_work_init(hb_extra_work *work, double units) {
+void hb_extra_work_init(hb_extra_work *work, double units, uint64_t ops) {
     work->units_q16 = (uint64_t)llround(units * 65536.0);
     work->carry_q16 = 0;
+    work->ops = ops;
     work->chain = 1;
 }
 
@@ -206,7 +207,7 @@ void hb_mixed_init(hb_mixed *mixed, uint64_t ws, uint64_t min_size, uint64_t max
     mixed->checksum = HB_CHECKSUM_INIT;
 }
 
-void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
+static void mixed_loop(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
     unsigned char **blocks = mixed->blocks;
     uint32_t *sizes = mixed->sizes;
     const uint64_t ws = mixed->ws, min_size = mixed->min_size;
@@ -238,6 +239,20 @@ void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
     *work = local_work;
     mixed->rng = rng;
     mixed->checksum = checksum;
+}
+
+void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
+    if (!work->ops) {
+        mixed_loop(mixed, iterations, work);
+        return;
+    }
+    /* A burst after every HB_EXTRA_OPS_PERIOD ops (per call: callers run whole periods). */
+    for (uint64_t done = 0; done < iterations; done += HB_EXTRA_OPS_PERIOD) {
+        uint64_t n =
+            iterations - done < HB_EXTRA_OPS_PERIOD ? iterations - done : HB_EXTRA_OPS_PERIOD;
+        mixed_loop(mixed, n, work);
+        if (n == HB_EXTRA_OPS_PERIOD) work->chain = hb_extra_rounds(work->chain, work->ops);
+    }
 }
 
 void hb_mixed_destroy(hb_mixed *mixed) {

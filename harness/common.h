@@ -177,29 +177,46 @@ static inline unsigned char *hb_realloc(void *block, uint64_t size) {
 void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 void hb_start_detached_thread(void *(*fn)(void *), void *arg);
 
-/* ---- extra work: a dependent multiply chain, N units per op, N fractional ---- */
+/* ---- extra work: injected cost per op, a known slowdown for calibration ----
+ * Two kinds, both dependent multiply-adds on a chain carried from op to op:
+ * - units (--extra-work N): N rounds per op, N fractional; the fraction is dithered (a round
+ *   on some ops, none on others), whose branch pattern makes small N cost more than its
+ *   share, and a round or two per op can hide in the gaps of out-of-order execution;
+ * - ops (--extra-ops N): one burst of N rounds every HB_EXTRA_OPS_PERIOD ops. A burst of
+ *   hundreds of rounds is far longer than the reorder window, so its latency cannot hide.
+ *   hb_mixed_run runs the loop in chunks of a period with a burst between them, so the loop
+ *   itself is the same with and without bursts (the instruction gate counts it). A steady
+ *   cost that grows in fine steps with N: docs/measuring.md has what N cost here. */
+
+#define HB_EXTRA_OPS_PERIOD 1024
 
 typedef struct {
     uint64_t units_q16; /* N in 16.16 fixed point */
     uint64_t carry_q16; /* dithering remainder, so the mean over ops is exactly units_q16 */
+    uint64_t ops;       /* rounds per burst */
     uint64_t chain;
 } hb_extra_work;
 
-void hb_extra_work_init(hb_extra_work *work, double units);
+void hb_extra_work_init(hb_extra_work *work, double units, uint64_t ops);
 double hb_extra_work_units(const hb_extra_work *work);
 /* Publishes the chain value so the compiler must compute it. */
 void hb_extra_work_finish(const hb_extra_work *work);
 
-static inline void hb_extra_work_op(hb_extra_work *work) {
-    uint64_t total = work->carry_q16 + work->units_q16;
-    uint64_t rounds = total >> 16;
-    work->carry_q16 = total & 0xffff;
-    uint64_t m = work->chain;
+static inline uint64_t hb_extra_rounds(uint64_t m, uint64_t rounds) {
     for (uint64_t i = 0; i < rounds; i++) {
         m = m * 0x9e3779b97f4a7c15ull + 1;
         __asm__ volatile("" : "+r"(m));
     }
-    work->chain = m;
+    return m;
+}
+
+/* The dithered units after each op; the bursts come between chunks of ops (hb_mixed_run),
+ * so a loop without them carries no trace of them: the instruction gate counts it too. */
+static inline void hb_extra_work_op(hb_extra_work *work) {
+    uint64_t total = work->carry_q16 + work->units_q16;
+    uint64_t rounds = total >> 16;
+    work->carry_q16 = total & 0xffff;
+    work->chain = hb_extra_rounds(work->chain, rounds);
 }
 
 /* ---- the random-mixed core shared by random_mixed, mid_large_mt and soak ---- */

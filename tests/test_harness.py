@@ -26,7 +26,7 @@ WORKLOADS = {
     "bench_random_mixed": (
         ["--iters", "20000", "--ws", "64", "--seed", "3"],
         20000,
-        {"iters", "ws", "min", "max", "seed", "extra_work"},
+        {"iters", "ws", "min", "max", "seed", "extra_work", "extra_ops"},
     ),
     "bench_tiny_hot": (
         ["--cycles", "200", "--batch", "50", "--size", "48"],
@@ -308,6 +308,9 @@ BAD_ARGUMENTS = [
     ("bench_random_mixed", ["--iters", "10", "stray"]),
     ("bench_random_mixed", ["--iters", "10", "--extra-work", "-1"]),
     ("bench_random_mixed", ["--iters", "10", "--extra-work", "nan"]),
+    ("bench_random_mixed", ["--iters", "10", "--extra-ops", "0.5"]),
+    ("bench_random_mixed", ["--iters", "10", "--extra-ops", "-1"]),
+    ("bench_random_mixed", ["--iters", "10", "--extra-ops", "1000001"]),
     ("bench_random_mixed", ["100", "10"]),
     ("bench_random_mixed", ["100", "0", "1"]),
     ("bench_tiny_hot", ["--cycles", "10", "--batch", "0"]),
@@ -398,14 +401,24 @@ def test_positional_form_matches_flag_form(bench_dir, env, flags):
     assert (positional["min"], positional["max"]) == (flags[1], flags[3])
 
 
-@pytest.mark.parametrize("units", ["0.0156", "0.5000", "1.25", "3"])
-def test_extra_work_keeps_the_op_sequence(bench_dir, units):
+@pytest.mark.parametrize(
+    "flag,value,printed",
+    [
+        # --extra-work's mean is exact to the 16.16 fixed-point resolution
+        *(
+            ("--extra-work", u, pytest.approx(float(u), abs=1 / 65536))
+            for u in ("0.0156", "1.25", "3")
+        ),
+        *(("--extra-ops", n, float(n)) for n in ("0", "1", "0002", "40")),
+    ],
+)
+def test_extra_work_keeps_the_op_sequence(bench_dir, flag, value, printed):
     args = ["--iters", "20000", "--ws", "64"]
     plain = result_of(bench_dir, "bench_random_mixed", args)
-    worked = result_of(bench_dir, "bench_random_mixed", [*args, "--extra-work", units])
+    worked = result_of(bench_dir, "bench_random_mixed", [*args, flag, value])
     assert worked["checksum"] == plain["checksum"]
-    # The mean is exact to the 16.16 fixed-point resolution.
-    assert float(worked["extra_work"]) == pytest.approx(float(units), abs=1 / 65536)
+    assert float(worked[flag[2:].replace("-", "_")]) == printed
+    assert float(plain["extra_work"]) == float(plain["extra_ops"]) == 0
 
 
 # ---- bench_soak ----

@@ -20,7 +20,7 @@ from hakbench.meta import collect_meta
 from hakbench.progress import Progress
 from hakbench.store import append_jsonl, default_run_dir, write_json, write_text
 
-EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work
+EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work/--extra-ops
 
 
 @click.command("calibrate")
@@ -97,7 +97,7 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     "conditions",
     multiple=True,
     metavar="K@THRESHOLD",
-    help="with --sequential: --extra-work K of side B (KA:K@THRESHOLD: side A runs KA) "
+    help="with --sequential: --extra-ops K of side B (KA:K@THRESHOLD: side A runs KA) "
     "judged at THRESHOLD % (repeatable) "
     f"[default: {', '.join(calseq.DEFAULT_CONDITIONS)}]",
 )
@@ -139,7 +139,7 @@ def calibrate_cmd(
     expected time to a sequential verdict, recorded for this machine (run_length.json).
 
     With --sequential: each trial is a default (sequential) ab with side B running
-    --extra-work K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
+    --extra-ops K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
     if sequential:
@@ -255,7 +255,7 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
     progress = Progress(trials * len(conditions), f"calibrate --sequential {cell.workload.name}")
 
     def make_spec(k, threshold, trial_seed, ka):
-        """A default ``ab`` of the cell, side B with --extra-work K, side A KA."""
+        """A default ``ab`` of the cell, side B with --extra-ops K, side A KA."""
         return ABSpec(
             profile=profile,
             allocator=allocator,
@@ -264,8 +264,8 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
             max_time_s=max_time,
             warmup_pairs=DEFAULT_WARMUP_PAIRS if warmup is None else warmup,
             seed=trial_seed,
-            extra_work=k,
-            baseline_extra_work=ka,
+            extra_ops=k,
+            baseline_extra_ops=ka,
         )
 
     def on_trial(t, done, total):
@@ -313,11 +313,12 @@ def _write_report(out: Path, kind: str, lines: list[str], load: dict) -> None:
 
 
 def _extra_work_cell(allocator, workload, profile):
-    """A cell of a workload whose harness program takes --extra-work, its allocator ready."""
+    """A cell of a workload whose harness program takes --extra-work and --extra-ops, its
+    allocator ready."""
     cell = make_cell(allocator, workload, profile=profile)
     if cell.workload.program != EXTRA_WORK_PROGRAM:
         raise UsageError(
-            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work; workload "
+            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work/--extra-ops; workload "
             f"'{workload}' runs {cell.workload.program}"
         )
     alloc = cell.resolved_allocator()
