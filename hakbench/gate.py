@@ -14,7 +14,12 @@ Rules (the ``[gate]`` table of ``profiles/matrices/scorecard.toml`` states the n
 - a cell whose count dropped by more than its tolerance fails too, with the message to
   refresh: the committed figures must stay true, and an improvement is recorded on purpose;
 - where threads interleave (``mid_large_mt``, ``xthread``) the count depends on the
-  schedule, so those workloads carry a wider tolerance, measured and stated in the table;
+  schedule: how many remote frees a batch carries, how often a thread finds its ring empty.
+  Measured at the gate's scale, 20 callgrind runs of ``xthread`` gave 96.27-99.64 Ir/op, 10
+  of them within 0.1 % of 96.53 and the rest spread above (an unlucky interleaving only adds
+  work). So those workloads are counted ``ir_runs_by_workload`` times and the gate keeps the
+  *lowest* count, the undisturbed interleaving, which a real regression raises as well; they
+  carry a wider tolerance too, measured and stated in the table;
 - a cell that cannot be measured fails as a measurement error (exit 3), never as a pass.
 
 Instructions miss the kernel's work: a memory-policy change that made ``mid_large_mt1``
@@ -65,6 +70,7 @@ GATE_KEYS = {
     "faults_tolerance_pct",
     "faults_tolerance_pct_by_workload",
     "faults_min_change",
+    "ir_runs_by_workload",
 }
 
 OK, ROSE, DROPPED, FAILED, NEW, MISSING = "ok", "ROSE", "DROPPED", "FAILED", "new", "missing"
@@ -80,6 +86,10 @@ class GateSpec:
     faults_tolerance_pct: float = DEFAULT_FAULTS_TOLERANCE_PCT
     faults_min_change: int = DEFAULT_FAULTS_MIN_CHANGE
     faults_tolerance_by_workload: dict = field(default_factory=dict)
+    ir_runs_by_workload: dict = field(default_factory=dict)
+
+    def ir_runs(self, workload: str) -> int:
+        return int(self.ir_runs_by_workload.get(workload, 1))
 
     def tolerance(self, workload: str) -> float:
         return float(self.tolerance_by_workload.get(workload, self.tolerance_pct))
@@ -123,7 +133,7 @@ def parse_gate(data: dict, where: str = "scorecard.toml") -> GateSpec:
         table = {str(k).lower(): _number(v, f"{key}.{k}", where) for k, v in table.items()}
         stray = sorted(set(table) - set(names))
         if stray:
-            raise UsageError(f"{where}: [gate] tolerance for workload(s) not gated: {stray}")
+            raise UsageError(f"{where}: [gate] {key} names workload(s) not gated: {stray}")
         return table
 
     by_workload = per_workload("tolerance_pct_by_workload")
@@ -133,6 +143,10 @@ def parse_gate(data: dict, where: str = "scorecard.toml") -> GateSpec:
         "[gate] faults_tolerance_pct",
         where,
     )
+    ir_runs = per_workload("ir_runs_by_workload")
+    for w, n in ir_runs.items():
+        if n != int(n) or not 1 <= n <= 20:
+            raise UsageError(f"{where}: [gate] ir_runs_by_workload.{w} must be an integer 1-20")
     min_change = gate.get("faults_min_change", DEFAULT_FAULTS_MIN_CHANGE)
     if isinstance(min_change, bool) or not isinstance(min_change, int) or min_change < 0:
         raise UsageError(f"{where}: [gate] faults_min_change must be an integer >= 0")
@@ -145,6 +159,7 @@ def parse_gate(data: dict, where: str = "scorecard.toml") -> GateSpec:
         faults_tolerance,
         int(min_change),
         faults_by_workload,
+        {w: int(n) for w, n in ir_runs.items()},
     )
 
 
@@ -202,10 +217,39 @@ def measure_faults(cell, runs: int = FAULT_RUNS) -> dict:
     return {"status": "ok", "minflt": sorted(counts)[len(counts) // 2], "minflt_runs": counts}
 
 
+def lowest_count(results: Sequence[dict]) -> dict:
+    """One cell's Ir/op from several exact counts (``measure_instructions`` results): the
+    lowest, with every run's figure in ``ir_runs``. Any failed run fails the cell (its error
+    kept): a cell that crashes one time in five is not a pass."""
+    first_bad = next((r for r in results if r["status"] != "ok"), None)
+    if first_bad is not None or not results:
+        bad = first_bad or {"status": "failed", "error": "no run", "tool": None}
+        return {
+            "status": bad["status"],
+            "error": bad["error"],
+            "ir_per_op": None,
+            "ir_runs": [],
+            "tool": bad.get("tool"),
+        }
+    runs = [r["ir_per_op"] for r in results]
+    return {
+        "status": "ok",
+        "error": None,
+        "ir_per_op": min(runs),
+        "ir_runs": runs if len(runs) > 1 else [],
+        "tool": results[0]["tool"],
+    }
+
+
 def measure(
-    cells: Sequence, *, jobs: int = 2, on_result: Callable[[dict], None] | None = None
+    cells: Sequence,
+    *,
+    jobs: int = 2,
+    on_result: Callable[[dict], None] | None = None,
+    ir_runs: Callable[[str], int] = lambda workload: 1,
 ) -> list[dict]:
-    """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell.
+    """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell
+    (the lowest of ``ir_runs(workload)`` counts, see ``lowest_count``).
 
     The native runs go first, one at a time, so they do not share the CPUs with callgrind
     (a purge after a delay makes faults depend a little on timing); then callgrind runs
@@ -217,7 +261,12 @@ def measure(
 
     def one(item) -> dict:
         cell, f = item
-        r = measure_instructions(cell)
+        results = []
+        for _ in range(ir_runs(cell.workload.name)):
+            results.append(measure_instructions(cell))
+            if results[-1]["status"] != "ok":
+                break
+        r = lowest_count(results)
         status, error = r["status"], r["error"]
         if status == "ok" and f["status"] != "ok":
             status, error = "failed", f"native run: {f['error']}"
@@ -232,6 +281,8 @@ def measure(
             "tool": r["tool"],
             "error": error,
         }
+        if r["ir_runs"]:
+            row["ir_runs"] = r["ir_runs"]
         if on_result:
             on_result(row)
         return row
@@ -418,5 +469,5 @@ def baseline_document(spec: GateSpec, rows: list[dict], commit: str | None) -> d
         "commit": commit,
         "scale": spec.scale,
         "toolchain": toolchain(),
-        "cells": [{k: r[k] for k in BASELINE_KEYS} for r in rows],
+        "cells": [{k: r[k] for k in (*BASELINE_KEYS, "ir_runs") if k in r} for r in rows],
     }

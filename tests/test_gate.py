@@ -52,6 +52,40 @@ def test_parse_gate_defaults_from_axes_and_rejects_bad_tables():
         g.parse_gate({**data, "gate": {"faults_tolerance_pct_by_workload": {"tiny_hot": 50}}})
     wide = g.parse_gate({**data, "gate": {"faults_tolerance_pct_by_workload": {"xthread": 50}}})
     assert wide.faults_tolerance("xthread") == 50 and wide.faults_tolerance("mixed") == 25
+    runs = g.parse_gate({**data, "gate": {"ir_runs_by_workload": {"xthread": 5}}})
+    assert runs.ir_runs("xthread") == 5 and runs.ir_runs("mixed") == 1
+    for bad in (0, 2.5, 21):
+        with pytest.raises(UsageError, match="ir_runs_by_workload.xthread"):
+            g.parse_gate({**data, "gate": {"ir_runs_by_workload": {"xthread": bad}}})
+    with pytest.raises(UsageError, match="not gated"):
+        g.parse_gate({**data, "gate": {"ir_runs_by_workload": {"tiny_hot": 3}}})
+
+
+def _count(ir, status="ok"):
+    return {
+        "status": status,
+        "ir_per_op": ir,
+        "tool": "callgrind",
+        "error": None if status == "ok" else "exit 1",
+    }
+
+
+def test_lowest_count_keeps_the_undisturbed_interleaving_and_fails_on_any_failed_run():
+    # xthread at the gate's scale: most runs at 96.53, unlucky interleavings above.
+    r = g.lowest_count([_count(99.52), _count(96.53), _count(97.43)])
+    assert r["status"] == "ok" and r["ir_per_op"] == 96.53
+    assert r["ir_runs"] == [99.52, 96.53, 97.43]
+    single = g.lowest_count([_count(82.8)])
+    assert single["ir_per_op"] == 82.8 and single["ir_runs"] == []
+    bad = g.lowest_count([_count(96.5), _count(None, "failed")])
+    assert bad["status"] == "failed" and bad["ir_per_op"] is None and bad["error"] == "exit 1"
+    assert g.lowest_count([])["status"] == "failed"
+
+
+def test_committed_gate_counts_threaded_workloads_several_times():
+    spec = g.load_gate()
+    assert spec.ir_runs("xthread") >= 5 and spec.ir_runs("mid_large_mt") >= 3
+    assert spec.ir_runs("mixed") == 1
 
 
 def test_committed_scorecard_matrix_has_a_gate_over_the_shipping_profiles():

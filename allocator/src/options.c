@@ -155,18 +155,20 @@ static void report_unknown_variables(void) {
         const char *name = *e + 7;
         size_t len = strcspn(name, "=");
         int known = 0;
+        for (int i = 0; i < HAK_OPTION_COUNT && !known; i++)
+            known = strlen(option_table[i].name) == len &&
+                    strncmp(option_table[i].name, name, len) == 0;
+        if (known) continue;
+        // Only an unknown name pays for the edit distances (~60k instructions a variable).
         size_t best = (size_t)-1;
         const char *closest = option_table[0].name;
         for (int i = 0; i < HAK_OPTION_COUNT; i++) {
-            const char *candidate = option_table[i].name;
-            if (strlen(candidate) == len && strncmp(candidate, name, len) == 0) known = 1;
-            size_t distance = edit_distance(name, len, candidate);
-            if (distance < best) best = distance, closest = candidate;
+            size_t distance = edit_distance(name, len, option_table[i].name);
+            if (distance < best) best = distance, closest = option_table[i].name;
         }
-        if (!known)
-            hak_message("hakmem: unknown option HAKMEM_%.*s in the environment "
-                        "(closest: HAKMEM_%s)\n",
-                        (int)len, name, closest);
+        hak_message("hakmem: unknown option HAKMEM_%.*s in the environment "
+                    "(closest: HAKMEM_%s)\n",
+                    (int)len, name, closest);
     }
 }
 

@@ -80,10 +80,11 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
     started = time.monotonic()
     click.echo(
         f"gate: {len(cells)} cells, page faults ({g.FAULT_RUNS} native runs each, one at a "
-        f"time), then exact counts ({jobs} at a time)"
+        f"time), then exact counts ({jobs} at a time; the lowest of several where threads "
+        f"interleave)"
     )
     try:
-        rows = g.measure(cells, jobs=jobs, on_result=on_result)
+        rows = g.measure(cells, jobs=jobs, on_result=on_result, ir_runs=spec.ir_runs)
     except KeyboardInterrupt:
         click.echo("\ninterrupted; nothing judged, the baseline was left as it was", err=True)
         sys.exit(EXIT_INTERRUPTED)
