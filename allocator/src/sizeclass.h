@@ -1,9 +1,10 @@
 // Size classes. Tiny sizes (up to 1 KiB) are named by their power-of-two group C0..C7 (8, 16,
 // 32, ... 1024 B: the names the profiles, route masks and stats use; c7 = 513..1024 B). Within
-// a group the classes are 16 B apart up to 128 B and four per power of two above (160, 192,
-// 224, 256, 320, ...), so a block wastes at most 25 % of its size (a power-of-two class
-// wastes up to half: 257 B in a 512 B block), and every block is 16-byte aligned from 16 B
-// up. Mid classes ("the mid pool") cover 1 KiB < n <= 256 KiB with four classes per power of
+// a group the classes are 16 B apart up to 256 B, 32 B apart up to 512 B (eight per power of
+// two: the sizes most small objects have, where glibc's 16-byte chunks waste ~15 B a block)
+// and four per power of two in C7 (640, 768, 896, 1024), so a block wastes at most 12.5 % of
+// its size up to 512 B and 25 % above (a power-of-two class wastes up to half: 257 B in a
+// 512 B block), and every block is 16-byte aligned from 16 B up. Mid classes ("the mid pool") cover 1 KiB < n <= 256 KiB with four classes per power of
 // two, served by the same page heap. Which of them exist in a process depends on the routes
 // (route.c): the 64 KiB pages of the legacy fronts serve up to HAK_MID_MAX (32 KiB), the
 // larger pages of SmallObject v3 up to HAK_SMALL_MAX_ALL (256 KiB). Above what the process
@@ -15,7 +16,7 @@
 #include <stdint.h>
 
 #define HAK_TINY_GROUP_COUNT 8 // C0..C7
-#define HAK_TINY_CLASS_COUNT 21
+#define HAK_TINY_CLASS_COUNT 29
 #define HAK_MID_CLASS_COUNT  32
 #define HAK_CLASS_COUNT      (HAK_TINY_CLASS_COUNT + HAK_MID_CLASS_COUNT)
 #define HAK_TINY_MAX         1024
