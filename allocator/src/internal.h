@@ -278,6 +278,11 @@ void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
 
 // --- os.c: the OS policy (mmap/munmap/madvise, cache of empty superslabs)
+// Speed-first: how long freed memory the allocator keeps (empty superslabs, free page slots,
+// cached large regions) stays resident before it is purged (os.c, large.c).
+#define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
+uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
+void hak_large_purge_due(void);    // cached large regions whose delay passed (large.c)
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);

@@ -34,11 +34,10 @@ static _Atomic size_t cache_count; // read without the lock only as a hint
 static _Atomic uint64_t cache_purge_next_ns;
 
 #define HAK_DIRTY_SLOTS_MAX     4
-#define HAK_PURGE_DELAY_NS      (10u * 1000u * 1000u)
 #define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
 #define HAK_PURGE_CHECK_EVERY   16
 
-static uint64_t coarse_now_ns(void) {
+uint64_t hak_coarse_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); // vDSO, no syscall
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -149,7 +148,7 @@ void hak_os_superslab_put(hak_superslab *ss) {
     if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
         atomic_load_explicit(&cache_count, memory_order_relaxed) < limit)
         decommit(ss);
-    ss->purge_due_ns = lean || ss->huge ? 0 : coarse_now_ns() + HAK_PURGE_DELAY_NS;
+    ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
     pthread_mutex_lock(&cache_lock);
     if (cache_count < limit) {
         ss->next = cache_first;
@@ -206,7 +205,7 @@ void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     if (!dirty) {
         ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
     } else if (!ss->purge_due_ns) {
-        ss->purge_due_ns = coarse_now_ns() + delay;
+        ss->purge_due_ns = hak_coarse_now_ns() + delay;
         if (!heap->purge_next_ns || ss->purge_due_ns < heap->purge_next_ns)
             heap->purge_next_ns = ss->purge_due_ns;
     }
@@ -237,9 +236,10 @@ static void cache_purge_due(uint64_t now) {
 
 // Purges the heap's superslabs and the cached ones whose deadline passed; keeps the next.
 void hak_os_purge_due(hak_heap *heap) {
+    hak_large_purge_due();
     uint64_t cache_next = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
     if (!heap->purge_next_ns && !cache_next) return;
-    uint64_t now = coarse_now_ns();
+    uint64_t now = hak_coarse_now_ns();
     if (cache_next && now >= cache_next) cache_purge_due(now);
     if (!heap->purge_next_ns || now < heap->purge_next_ns) return;
     uint64_t next = 0;

@@ -12,6 +12,8 @@
 //   - aligned_alloc/memalign/posix_memalign reject invalid alignments
 //   - a 48 KiB block freed and allocated again in a loop is served from the large cache under
 //     both memory policies (page faults stay near zero instead of 12 per round)
+//   - speed-first: freed large regions stay resident while cached, and are purged after the
+//     cache's delay
 //   - lean policy: large regions cached by a thread go back to the OS when it exits, and a
 //     cached region reused for a smaller request keeps no resident tail
 // Bounds that only libhakmem promises are checked only under libhakmem.
@@ -224,6 +226,33 @@ static void test_large_cache_reuse(void) {
     if (allocator_is_hakmem()) CHECK(faults < 2000); // 12 per round without reuse
 }
 
+// Speed-first: freed large regions stay cached and resident for reuse, then are purged once
+// they have waited past the cache's delay (100 ms) and a later large free looks.
+static void test_large_cache_purged_after_delay(void) {
+    const char *lean = getenv("HAKMEM_SS_MEM_LEAN");
+    if (!allocator_is_hakmem() || !resident_bounds_apply() || (lean && !strcmp(lean, "1"))) return;
+    enum { COUNT = 8 };
+    const size_t size = 512 * KiB; // above every size class, within the cache's 1 MiB limit
+    unsigned char *blocks[COUNT];
+    for (int i = 0; i < COUNT; i++) {
+        blocks[i] = malloc(size);
+        if (!CHECK(blocks[i] != NULL)) return;
+        memset(blocks[i], 0x66, size);
+    }
+    size_t live = resident_now();
+    for (int i = 0; i < COUNT; i++)
+        free(blocks[i]);
+    size_t cached = resident_now();
+    usleep(250 * 1000);
+    free(malloc(size)); // takes one cached region back and returns it: the others are due
+    size_t after = resident_now();
+    printf("speed-first: 4 MiB of freed large blocks resident %zu -> %zu KiB after free, "
+           "%zu KiB after 250 ms\n",
+           live / KiB, cached / KiB, after / KiB);
+    CHECK(cached + MiB > live);      // kept for reuse at first
+    CHECK(after + 3 * MiB < cached); // purged after the delay
+}
+
 static size_t cached_in_thread;
 
 static void *free_large_blocks(void *arg) {
@@ -279,6 +308,7 @@ int main(void) {
     test_thread_exit_destructors();
     test_aligned_invalid();
     test_large_cache_reuse();
+    test_large_cache_purged_after_delay();
     test_lean_large_cache_trimmed_at_thread_exit();
     test_lean_reused_region_tail_released();
     return test_summary();
