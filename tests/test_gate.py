@@ -275,7 +275,9 @@ def test_page_slots_purged_at_once_fail_the_gate_on_faults_not_instructions(tmp_
         assert define.search(text), "HAK_PURGE_DELAY_NS moved: update this test's patch"
         return define.sub("#define HAK_PURGE_DELAY_NS 0u", text)
 
-    build = patched_tree(tmp_path, repo_root, "os.c", patch, ["build/bench/bench_mid_large_mt"])
+    build = patched_tree(
+        tmp_path, repo_root, "internal.h", patch, ["build/bench/bench_mid_large_mt"]
+    )
     # LEGACY is not a shipping profile: a copy of the matrix gates it
     matrix = tmp_path / "legacy_gate.toml"
     shipped = (repo_root / "profiles" / "matrices" / "scorecard.toml").read_text()
