@@ -217,30 +217,6 @@ def measure_faults(cell, runs: int = FAULT_RUNS) -> dict:
     return {"status": "ok", "minflt": sorted(counts)[len(counts) // 2], "minflt_runs": counts}
 
 
-def lowest_count(results: Sequence[dict]) -> dict:
-    """One cell's Ir/op from several exact counts (``measure_instructions`` results): the
-    lowest, with every run's figure in ``ir_runs``. Any failed run fails the cell (its error
-    kept): a cell that crashes one time in five is not a pass."""
-    first_bad = next((r for r in results if r["status"] != "ok"), None)
-    if first_bad is not None or not results:
-        bad = first_bad or {"status": "failed", "error": "no run", "tool": None}
-        return {
-            "status": bad["status"],
-            "error": bad["error"],
-            "ir_per_op": None,
-            "ir_runs": [],
-            "tool": bad.get("tool"),
-        }
-    runs = [r["ir_per_op"] for r in results]
-    return {
-        "status": "ok",
-        "error": None,
-        "ir_per_op": min(runs),
-        "ir_runs": runs if len(runs) > 1 else [],
-        "tool": results[0]["tool"],
-    }
-
-
 def measure(
     cells: Sequence,
     *,
@@ -249,24 +225,19 @@ def measure(
     ir_runs: Callable[[str], int] = lambda workload: 1,
 ) -> list[dict]:
     """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell
-    (the lowest of ``ir_runs(workload)`` counts, see ``lowest_count``).
+    (the lowest of ``ir_runs(workload)`` counts, ``hakbench.instructions.lowest_count``).
 
     The native runs go first, one at a time, so they do not share the CPUs with callgrind
     (a purge after a delay makes faults depend a little on timing); then callgrind runs
     ``jobs`` at a time (counts do not depend on what else runs, only the wall time does).
     One row per cell, in the cells' order."""
-    from hakbench.instructions import measure_instructions
+    from hakbench.instructions import measure_lowest
 
     faults = [measure_faults(cell) for cell in cells]
 
     def one(item) -> dict:
         cell, f = item
-        results = []
-        for _ in range(ir_runs(cell.workload.name)):
-            results.append(measure_instructions(cell))
-            if results[-1]["status"] != "ok":
-                break
-        r = lowest_count(results)
+        r = measure_lowest(cell, ir_runs(cell.workload.name))
         status, error = r["status"], r["error"]
         if status == "ok" and f["status"] != "ok":
             status, error = "failed", f"native run: {f['error']}"

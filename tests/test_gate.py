@@ -61,27 +61,6 @@ def test_parse_gate_defaults_from_axes_and_rejects_bad_tables():
         g.parse_gate({**data, "gate": {"ir_runs_by_workload": {"tiny_hot": 3}}})
 
 
-def _count(ir, status="ok"):
-    return {
-        "status": status,
-        "ir_per_op": ir,
-        "tool": "callgrind",
-        "error": None if status == "ok" else "exit 1",
-    }
-
-
-def test_lowest_count_keeps_the_undisturbed_interleaving_and_fails_on_any_failed_run():
-    # xthread at the gate's scale: most runs at 96.53, unlucky interleavings above.
-    r = g.lowest_count([_count(99.52), _count(96.53), _count(97.43)])
-    assert r["status"] == "ok" and r["ir_per_op"] == 96.53
-    assert r["ir_runs"] == [99.52, 96.53, 97.43]
-    single = g.lowest_count([_count(82.8)])
-    assert single["ir_per_op"] == 82.8 and single["ir_runs"] == []
-    bad = g.lowest_count([_count(96.5), _count(None, "failed")])
-    assert bad["status"] == "failed" and bad["ir_per_op"] is None and bad["error"] == "exit 1"
-    assert g.lowest_count([])["status"] == "failed"
-
-
 def test_committed_gate_counts_threaded_workloads_several_times():
     spec = g.load_gate()
     assert spec.ir_runs("xthread") >= 5 and spec.ir_runs("mid_large_mt") >= 3
