@@ -62,14 +62,17 @@ empty:
 #endif
 }
 
-// The owner free of block p into `page` (found from p's address), if the fast path takes it.
-static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p) {
+// The owner free of block p into `page` (found from p's address), if the fast path takes it:
+// onto local_free (small pages), or onto free itself (medium pages, `lifo`), so that the next
+// malloc of the class gets the block just freed, still in cache.
+static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int lifo) {
     hak_heap *heap = hak_tls_heap;
     hak_block *block = p;
+    hak_block **list = lifo ? &page->free : &page->local_free;
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
-                   !((uint16_t)(uintptr_t)p & page->block_mask) && block != page->local_free)) {
-        block->next = page->local_free;
-        page->local_free = block;
+                   !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list)) {
+        block->next = *list;
+        *list = block;
         HAK_HOT_STAT(heap, free, page->class_idx);
         if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) hak_heap_free_emptied(heap, page, block);
         return 1;
@@ -97,7 +100,7 @@ static HAK_NOINLINE void free_other(void *p) {
         hak_free_slow(p); // large block, NULL or a foreign pointer
         return;
     }
-    if (HAK_LIKELY(free_fast(page, p))) return;
+    if (HAK_LIKELY(free_fast(page, p, 1))) return;
     free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
 }
 #endif
@@ -112,7 +115,7 @@ HAK_EXPORT void hak_free(void *p) {
         if (HAK_LIKELY(((const uint8_t *)hak_registry)[chunk] == HAK_REG_SMALL)) {
             // Small pages (64 KiB): the descriptor index is address bits 16-20.
             hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 10) & 0x7c0));
-            if (HAK_LIKELY(free_fast(page, p))) return;
+            if (HAK_LIKELY(free_fast(page, p, 0))) return;
             free_miss(p, page, hak_tls_heap, HAK_PAGE_SIZE - 1);
             return;
         }
@@ -122,7 +125,7 @@ HAK_EXPORT void hak_free(void *p) {
         __asm__ volatile("" ::: "memory");
         if (((const uint8_t *)hak_registry)[chunk] == HAK_REG_MEDIUM) {
             hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0));
-            if (HAK_LIKELY(free_fast(page, p))) return;
+            if (HAK_LIKELY(free_fast(page, p, 1))) return;
             free_miss(p, page, hak_tls_heap, HAK_SS_SIZE / 4 - 1);
             return;
         }
