@@ -63,11 +63,16 @@ empty:
 }
 
 // The owner free of block p into `page` (found from p's address), if the fast path takes it:
-// onto local_free (small pages), or onto free itself (medium pages, `lifo`), so that the next
-// malloc of the class gets the block just freed, still in cache.
+// onto local_free (small pages), or, on medium and big pages (`lifo`), onto free itself, so
+// that the next malloc of the class gets the block just freed while it is still in cache
+// (bench_mid_large_mt: 8-32 KiB blocks, 1.09x with one thread, 1.04x with two, 5.6 % fewer
+// instructions: local_free never has to be collected). A page whose free list never runs dry
+// would never collect its remote frees, so while any wait on it the block goes to local_free.
 static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int lifo) {
     hak_heap *heap = hak_tls_heap;
     hak_block *block = p;
+    if (lifo && (atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS))
+        lifo = 0;
     hak_block **list = lifo ? &page->free : &page->local_free;
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
                    !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list)) {
