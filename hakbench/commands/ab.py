@@ -85,7 +85,7 @@ def _print_table(header, rows) -> None:
     default="throughput",
     show_default=True,
     help="judged metric: throughput; task-clock (CPU time, steadier on a loaded VM); "
-    "instructions (callgrind Ir/op, one run per side)",
+    "instructions (callgrind Ir/op: one count per side, the lowest of 5 where threads interleave)",
 )
 @click.option("--seed", default=1, show_default=True, type=int, help="pair order seed")
 @click.option("--rev", help="build B at this git revision")
