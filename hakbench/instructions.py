@@ -186,9 +186,10 @@ THREADED_RUNS = 5
 
 
 def default_runs(workload) -> int:
-    """How many counts ``ab --metric instructions`` takes per side: ``THREADED_RUNS`` for a
-    workload whose threads interleave, one for a single-threaded one (exact)."""
-    return THREADED_RUNS if getattr(workload, "threads", 1) > 1 else 1
+    """How many counts an instruction sample takes (``ab --metric instructions`` per side,
+    the matrix and scorecard per cell): ``THREADED_RUNS`` for a workload whose threads
+    interleave, one for a single-threaded one (exact)."""
+    return THREADED_RUNS if workload.threads > 1 else 1
 
 
 def lowest_count(results: Sequence[dict]) -> dict:

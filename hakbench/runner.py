@@ -122,14 +122,14 @@ DIRECT_UNAVAILABLE = (
 )
 
 
-def instruction_sample(cell, phase: str = "instructions", runs: int | None = None) -> dict:
+def instruction_sample(cell, phase: str = "instructions") -> dict:
     """The exact instruction count of ``cell`` (hakbench.instructions) as a sample: the
-    lowest of ``runs`` counts (default: several where threads interleave, else one)."""
+    lowest of several counts where threads interleave, else one (``default_runs``)."""
     from hakbench.instructions import default_runs, measure_lowest  # valgrind only when asked
 
     sample = new_sample(cell, phase)
     sample["argv"] = cell.command()[0]
-    r = measure_lowest(cell, default_runs(cell.workload) if runs is None else runs)
+    r = measure_lowest(cell, default_runs(cell.workload))
     ok = r.get("status") == "ok" and bool(r.get("ir_per_op"))
     sample.update(status="ok" if ok else "failed", error=r.get("error"), tool=r.get("tool"))
     sample["instructions"] = r

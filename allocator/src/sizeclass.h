@@ -4,8 +4,9 @@
 // two: the sizes most small objects have, where glibc's 16-byte chunks waste ~15 B a block)
 // and four per power of two in C7 (640, 768, 896, 1024), so a block wastes at most 12.5 % of
 // its size up to 512 B and 25 % above (a power-of-two class wastes up to half: 257 B in a
-// 512 B block), and every block is 16-byte aligned from 16 B up. Mid classes ("the mid pool") cover 1 KiB < n <= 256 KiB with four classes per power of
-// two, served by the same page heap. Which of them exist in a process depends on the routes
+// 512 B block), and every block is 16-byte aligned from 16 B up. Mid classes ("the mid pool")
+// cover 1 KiB < n <= 256 KiB with four classes per power of two, served by the same page
+// heap. Which of them exist in a process depends on the routes
 // (route.c): the 64 KiB pages of the legacy fronts serve up to HAK_MID_MAX (32 KiB), the
 // larger pages of SmallObject v3 up to HAK_SMALL_MAX_ALL (256 KiB). Above what the process
 // serves (hak_small_max) a block is "large" (large.c, its own mapping).
