@@ -5,20 +5,23 @@ way a sequential ``ab`` will: interleaved A/B pairs of one workload, a look afte
 pair, a stop as soon as the verdict is decisive (GO, NO-GO, NEUTRAL) or when the time or
 pair budget runs out (INCONCLUSIVE). Each condition is a known truth, given as ``K@T``: side
 B runs the harness's ``--extra-ops K`` (a burst of K dependent multiply-adds every 1,024
-ops; side A none), judged at threshold T %. Issue #17's three:
+ops; side A none, or ``--extra-ops KA`` given as ``KA:K@T``), judged at threshold T %.
+Issue #17's three:
 
 - ``0@1``: A/A. Any GO or NO-GO is a false verdict (wanted: <= 5 %).
-- ``K@1`` with K making B ~1.7 % slower: NO-GO wanted in >= 95 %, NEUTRAL never.
-- ``K@0.5`` with K making B ~0.7 % slower: NO-GO wanted in >= 90 %.
+- ``1:K@1`` with K making B ~1.7 % slower: NO-GO wanted in >= 95 %, NEUTRAL never.
+- ``1:K@0.5`` with K making B ~0.7 % slower: NO-GO wanted in >= 90 %.
 
 ``--extra-ops`` and not the fractional ``--extra-work``: the latter dithers its fraction over
 the ops, and the branch pattern that makes costs small K more than its share (K = 0.125 cost
 3.4 %), so no K made a steady 0.7 %; one or two dependent operations on every op were tried
 too and cost 0.7 % in one run and nothing in the next (out-of-order execution hides them
 when it has room). A burst of hundreds is longer than the reorder window and cannot hide.
-On `mixed` at 250k iterations here K = 140 cost 0.8 % and 250 1.4-1.7 % on a quiet machine,
-while beside a busy loop 130 cost nothing measurable, 200 0.56 % and 280 1.77 %
-(2026-11-23), so the defaults are 200 and 280; each run measures the effect it really had.
+With ``--extra-ops`` the harness runs its loop in chunks of 1,024 ops, without it in one
+piece, and the chunking costs more than a short burst (K = 200, 250, 300 against K = 0:
+2.10 %, 1.98 %, 1.75 %, not in proportion to K). So the slowdowns' side A runs K = 1 and
+only the burst differs: beside a busy loop 1:100 cost 0.73 % and 1:230 1.65 % (2026-11-23),
+hence the defaults ``1:230@1`` and ``1:100@0.5``; each run measures the effect it really had.
 
 The effect of a K depends on the machine, so each condition's effect is measured from all
 its pairs (their paired median) and reported beside its verdicts. Per condition: the
@@ -47,7 +50,9 @@ from hakbench.errors import UsageError
 from hakbench.schedule import complete_pairs
 from hakbench.stats import GO, NEUTRAL, NO_GO
 
-DEFAULT_CONDITIONS = ("0@1", "280@1", "200@0.5")
+# Side A of the slowdowns runs one op per burst, so both sides run the same chunked loop and
+# B - A is the burst alone (docs/measuring.md, "The injected cost").
+DEFAULT_CONDITIONS = ("0@1", "1:230@1", "1:100@0.5")
 VERDICTS = (GO, NO_GO, NEUTRAL, seq.INCONCLUSIVE)
 
 
