@@ -42,6 +42,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_PAGE_SIZE      ((size_t)1 << HAK_PAGE_SHIFT)
 #define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE) // descriptors in a header (small)
 #define HAK_SS_HEADER_SIZE 4096
+#define HAK_OS_PAGE_SIZE   4096 // the unit of madvise and of page faults
 #define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
 #define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
 #define HAK_NATURAL_ALIGN  4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this (aligned_alloc)
@@ -289,6 +290,7 @@ hak_superslab *hak_os_superslab_get(void);
 void hak_os_superslab_put(hak_superslab *ss);
 void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
+void hak_os_page_abandoned(const hak_page *page);
 void hak_os_superslab_abandoned(hak_superslab *ss);
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
@@ -302,6 +304,7 @@ void hak_os_fork_child(void);
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
+void hak_page_purge_free_blocks(const hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 // The same, with the common case inline: no flag set (the page is not on its owner's full
 // list), one CAS. A flag sends the chain to hak_page_free_remote.

@@ -37,7 +37,6 @@
 #include "internal.h"
 #include "options.h"
 
-#define HAK_OS_PAGE_SIZE           4096
 #define HAK_LARGE_CACHE_COUNT      256
 #define HAK_LARGE_CACHE_BYTES      ((size_t)32 << 20)
 #define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs

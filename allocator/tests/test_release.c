@@ -16,6 +16,9 @@
 //     cache's delay
 //   - lean policy: large regions cached by a thread go back to the OS when it exits, and a
 //     cached region reused for a smaller request keeps no resident tail
+//   - lean policy: when a thread exits leaving a few live mid blocks in its pages, the free
+//     blocks between them keep no more than their first OS page resident (speed-first keeps
+//     them warm for the adopter)
 // Bounds that only libhakmem promises are checked only under libhakmem.
 #include "testhelper.h"
 
@@ -298,6 +301,68 @@ static void test_lean_reused_region_tail_released(void) {
     free(q);
 }
 
+#define ABANDON_BLOCKS 32
+#define ABANDON_SIZE   (24 * KiB)
+static unsigned char *abandon_freed[ABANDON_BLOCKS];
+static unsigned abandon_nfreed;
+static void *abandon_survivors[ABANDON_BLOCKS];
+
+// Fills 32 blocks of 24 KiB, frees three of every four and exits with the rest alive.
+static void *leave_survivors(void *arg) {
+    (void)arg;
+    unsigned char *blocks[ABANDON_BLOCKS];
+    for (unsigned i = 0; i < ABANDON_BLOCKS; i++) {
+        blocks[i] = malloc(ABANDON_SIZE);
+        if (blocks[i]) memset(blocks[i], 0x5a, ABANDON_SIZE);
+    }
+    for (unsigned i = 0; i < ABANDON_BLOCKS; i++) {
+        if (!blocks[i]) continue;
+        if (i % 4 == 0) {
+            abandon_survivors[i] = blocks[i];
+        } else {
+            free(blocks[i]);
+            abandon_freed[abandon_nfreed++] = blocks[i];
+        }
+    }
+    return NULL;
+}
+
+// Resident OS pages wholly inside [p + 16, p + size).
+static unsigned resident_inside(unsigned char *p, size_t size) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)p + 16 + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + size) & ~(page - 1);
+    unsigned char vec[64];
+    size_t n = (end - start) / page;
+    if (end <= start || n > sizeof vec || mincore((void *)start, end - start, vec) != 0) return 0;
+    unsigned resident = 0;
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    return resident;
+}
+
+static void test_lean_abandoned_free_blocks_released(void) {
+    const char *lean = getenv("HAKMEM_SS_MEM_LEAN");
+    int is_lean = lean && !strcmp(lean, "1");
+    if (!allocator_is_hakmem()) return;
+    abandon_nfreed = 0;
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, leave_survivors, NULL) == 0)) return;
+    pthread_join(thread, NULL);
+    unsigned resident = 0, pages = 0;
+    for (unsigned i = 0; i < abandon_nfreed; i++) {
+        resident += resident_inside(abandon_freed[i], ABANDON_SIZE);
+        pages += (unsigned)((ABANDON_SIZE - 16) / 4096);
+    }
+    printf("%s: %u free 24 KiB blocks beside live ones after their thread exited: %u of ~%u OS "
+           "pages resident\n",
+           is_lean ? "lean" : "speed-first", abandon_nfreed, resident, pages);
+    CHECK(abandon_nfreed == ABANDON_BLOCKS * 3 / 4);
+    if (is_lean) CHECK(resident == 0); // speed-first keeps them warm for the adopter
+    for (unsigned i = 0; i < ABANDON_BLOCKS; i++)
+        free(abandon_survivors[i]);
+}
+
 int main(void) {
     printf("allocator: %s\n", allocator_name());
     test_size_classes();
@@ -311,5 +376,6 @@ int main(void) {
     test_large_cache_purged_after_delay();
     test_lean_large_cache_trimmed_at_thread_exit();
     test_lean_reused_region_tail_released();
+    test_lean_abandoned_free_blocks_released();
     return test_summary();
 }
