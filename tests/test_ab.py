@@ -372,10 +372,18 @@ def test_engagement_rule():
 def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(lab):
     """A real sequential A/A with 2 s for a 0.1 % threshold cannot bound the change that
     tightly: INCONCLUSIVE (never NEUTRAL), with the pairs and seconds that would decide;
-    with --fail-on no-go that is exit 4."""
+    with --fail-on no-go that is exit 4. A real A/A may end GO or NO-GO (the rule allows that
+    in up to 5 % of A/As, and make test's other load makes no difference to it): such a call
+    is run once more, so the test fails by chance in at most 0.25 % of runs."""
     out = lab / "small"
     argv = ["ab", "-a", "system", "-w", "mixed_tiny", "--threshold", "0.1", "--max-time", "2"]
-    r = CliRunner().invoke(main, [*argv, "--perf", "off", "--fail-on", "no-go", "--out", str(out)])
+    for attempt in range(2):
+        out = lab / f"small{attempt}"
+        r = CliRunner().invoke(
+            main, [*argv, "--perf", "off", "--fail-on", "no-go", "--out", str(out)]
+        )
+        if r.exit_code not in (0, 1):  # 0: GO, 1: NO-GO under --fail-on no-go
+            break
     assert r.exit_code == 4, r.output
     assert "INCONCLUSIVE" in r.output and "budget ran out" in r.output
     (row,) = [x for x in csv.DictReader(open(out / "summary.csv")) if x["role"] == "primary"]
