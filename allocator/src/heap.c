@@ -309,6 +309,15 @@ void hak_heap_move_to_front(hak_heap *heap, hak_page *page) {
     queue_push_front(q, page);
 }
 
+// An owner free into a queued page other than the current one (medium and big pages): that
+// page becomes the head of its queue and the current page. A page on the full list stays
+// there (its block is found when the page comes back).
+void hak_heap_make_direct(hak_heap *heap, hak_page *page) {
+    if (page->in_full) return;
+    hak_heap_move_to_front(heap, page);
+    heap->direct[page->class_idx] = page;
+}
+
 // Makes a page with free blocks (taken off every list) the head of its queue and the direct page.
 void hak_heap_install_page(hak_heap *heap, hak_page *page) {
     queue_push_front(&heap->queue[page->class_idx], page);

@@ -79,7 +79,15 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         block->next = *list;
         *list = block;
         HAK_HOT_STAT(heap, free, page->class_idx);
-        if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) hak_heap_free_emptied(heap, page, block);
+        if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) {
+            hak_heap_free_emptied(heap, page, block);
+            return 1;
+        }
+        // Medium and big pages: the page of the block just freed becomes the class's current
+        // page, so the next malloc of the class gets that block while it is still in cache
+        // (a size class's LIFO, as a thread cache's free list is).
+        if (lifo && HAK_UNLIKELY(heap->direct[page->class_idx] != page))
+            hak_heap_make_direct(heap, page);
         return 1;
     }
     return 0;
