@@ -1,5 +1,6 @@
 // Per-thread heaps: where a thread's pages live between the fast paths.
-//   queue[cls]  pages of the class that may have free blocks; queue[cls].first is direct[cls]
+//   queue[cls]  pages of the class that may have free blocks; queue[cls].first is direct[cls],
+//               but after an owner free into a medium or big page (free_fast, wrappers.c)
 //   full        pages with no free block; they leave the free fast path (local_owner = NULL).
 //               The first remote free into one goes to delayed_free instead (see page.c), so
 //               the owner learns about it without ever scanning this list.
@@ -307,15 +308,6 @@ void hak_heap_move_to_front(hak_heap *heap, hak_page *page) {
     hak_page_queue *q = &heap->queue[page->class_idx];
     queue_remove(q, page);
     queue_push_front(q, page);
-}
-
-// An owner free into a queued page other than the current one (medium and big pages): that
-// page becomes the head of its queue and the current page. A page on the full list stays
-// there (its block is found when the page comes back).
-void hak_heap_make_direct(hak_heap *heap, hak_page *page) {
-    if (page->in_full) return;
-    hak_heap_move_to_front(heap, page);
-    heap->direct[page->class_idx] = page;
 }
 
 // Makes a page with free blocks (taken off every list) the head of its queue and the direct page.

@@ -361,7 +361,6 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 void hak_heap_free_delayed_blocks(hak_heap *heap);
 void hak_heap_flush_remote(hak_heap *heap);
 int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
-void hak_heap_make_direct(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
 int hak_heap_adopt(hak_heap *heap);
 hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,

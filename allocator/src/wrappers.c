@@ -85,9 +85,10 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         }
         // Medium and big pages: the page of the block just freed becomes the class's current
         // page, so the next malloc of the class gets that block while it is still in cache
-        // (a size class's LIFO, as a thread cache's free list is).
-        if (lifo && HAK_UNLIKELY(heap->direct[page->class_idx] != page))
-            hak_heap_make_direct(heap, page);
+        // (a size class's LIFO, as a thread cache's free list is). It stays where it is in
+        // the queue: the refill scans the queue from its head whatever the current page is.
+        // A page on the full list stays there (its block is found when it comes back).
+        if (lifo && !page->in_full) heap->direct[page->class_idx] = page;
         return 1;
     }
     return 0;
