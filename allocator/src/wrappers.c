@@ -87,8 +87,8 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         // page, so the next malloc of the class gets that block while it is still in cache
         // (a size class's LIFO, as a thread cache's free list is). It stays where it is in
         // the queue: the refill scans the queue from its head whatever the current page is.
-        // A page on the full list stays there (its block is found when it comes back).
-        if (lifo && !page->in_full) heap->direct[page->class_idx] = page;
+        // (A page on the full list has no local owner, so its frees never get here.)
+        if (lifo) heap->direct[page->class_idx] = page;
         return 1;
     }
     return 0;
