@@ -97,14 +97,17 @@ void hak_page_collect(hak_page *page) {
 // block again faults those pages back in as it writes them; the survivors of a dead thread no
 // longer keep the free blocks around them resident. Smaller blocks hold at most one whole OS
 // page, so they are left alone (a madvise per 4 KiB would cost more than it gives).
+// The walk stops after as many blocks as the page has free (a list that a double free turned
+// into a cycle must not hang the exiting thread); a huge-page superslab is left whole.
 void hak_page_purge_free_blocks(const hak_page *page) {
     uint32_t size = page->block_size;
-    if (size < 2 * HAK_OS_PAGE_SIZE) return;
+    if (size < 2 * HAK_OS_PAGE_SIZE || hak_superslab_of_page(page)->huge) return;
     const uintptr_t os_mask = HAK_OS_PAGE_SIZE - 1;
     int saved = errno;
+    int32_t left = (int32_t)page->reserved - page->used;
     const hak_block *lists[2] = {page->free, page->local_free};
     for (int l = 0; l < 2; l++)
-        for (const hak_block *b = lists[l]; b; b = b->next) {
+        for (const hak_block *b = lists[l]; b && left > 0; b = b->next, left--) {
             uintptr_t start = ((uintptr_t)b + 2 * sizeof(void *) + os_mask) & ~os_mask;
             uintptr_t end = ((uintptr_t)b + size) & ~os_mask;
             madvise((void *)start, end - start, MADV_DONTNEED);

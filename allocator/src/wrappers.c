@@ -12,8 +12,6 @@
 #include "hakmem.h"
 #include "internal.h"
 
-#define HAK_OS_PAGE 4096
-
 // Pops the direct page of `cls`, or NULL when it has no free block.
 static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->direct[cls];
@@ -469,16 +467,16 @@ HAK_EXPORT void *hak_aligned_alloc(size_t alignment, size_t size) {
 }
 
 HAK_EXPORT void *hak_valloc(size_t size) {
-    return aligned_alloc_impl(HAK_OS_PAGE, size);
+    return aligned_alloc_impl(HAK_OS_PAGE_SIZE, size);
 }
 
 HAK_EXPORT void *hak_pvalloc(size_t size) {
-    size_t rounded = (size + HAK_OS_PAGE - 1) & ~(size_t)(HAK_OS_PAGE - 1);
+    size_t rounded = (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
     if (rounded < size) {
         errno = ENOMEM;
         return NULL;
     }
-    return aligned_alloc_impl(HAK_OS_PAGE, rounded ? rounded : HAK_OS_PAGE);
+    return aligned_alloc_impl(HAK_OS_PAGE_SIZE, rounded ? rounded : HAK_OS_PAGE_SIZE);
 }
 
 #ifndef HAK_PREFIXED_ONLY
