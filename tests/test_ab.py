@@ -375,7 +375,6 @@ def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(la
     with --fail-on no-go that is exit 4. A real A/A may end GO or NO-GO (the rule allows that
     in up to 5 % of A/As, and make test's other load makes no difference to it): such a call
     is run once more, so the test fails by chance in at most 0.25 % of runs."""
-    out = lab / "small"
     argv = ["ab", "-a", "system", "-w", "mixed_tiny", "--threshold", "0.1", "--max-time", "2"]
     for attempt in range(2):
         out = lab / f"small{attempt}"

@@ -1,6 +1,7 @@
 // Per-thread heaps: where a thread's pages live between the fast paths.
 //   queue[cls]  pages of the class that may have free blocks; queue[cls].first is direct[cls],
-//               but after an owner free into a medium or big page (free_fast, wrappers.c)
+//               except after an owner free into another medium or big page, which makes that
+//               page direct[cls] wherever it is in the queue (free_fast, wrappers.c)
 //   full        pages with no free block; they leave the free fast path (local_owner = NULL).
 //               The first remote free into one goes to delayed_free instead (see page.c), so
 //               the owner learns about it without ever scanning this list.
