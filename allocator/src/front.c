@@ -18,7 +18,10 @@
 //   HotHeap v2     up to 2 empty pages per class retained: a live set that breathes over a
 //                  few pages reuses them without the superslab and without re-carving
 //   SmallObject v3 one hot box from 8 B to 256 KiB: pages sized to the class (so a mid page
-//                  holds 7-64 blocks instead of 2-8), classes past 32 KiB; legacy's carve
+//                  holds 7-64 blocks instead of 2-8), classes past 32 KiB; legacy's carve;
+//                  one empty page per class retained, so a class whose live set drifts
+//                  across a page boundary reuses its blocks instead of taking a fresh page
+//                  (another slot, another block grid, fresh memory) at every crossing
 #include "internal.h"
 
 // A retained page carries no live block, so it leaves the free fast path (local_owner NULL): a
@@ -76,7 +79,7 @@ static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, un
 HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)
 HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)
 HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, 4, 2, 0)
-HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 0, 1)
+HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
 
 // An owner free that missed the fast path: the page is on the full list (or the debug build
 // checks every free here).
