@@ -17,7 +17,9 @@
 //   - freed regions of up to HAK_LARGE_CACHE_REGION go to a cache (speed-first policy: up to
 //     HAK_LARGE_CACHE_COUNT regions, HAK_LARGE_CACHE_BYTES in all, each purged once it has
 //     waited HAK_LARGE_PURGE_DELAY_NS: still mapped, no longer resident),
-//     reused for a request of at most their size and at least 3/4 of it; the lean policy
+//     reused for a request of at most their size and at least half of it (speed-first: the
+//     rest stays mapped behind the block, so a realloc that grows it back needs no syscall and
+//     no fault) or 3/4 of it (lean); the lean policy
 //     keeps at most HAK_LARGE_CACHE_LEAN_BYTES, gives back the tail a reused region has beyond
 //     the request, and empties the cache whenever a thread exits (hak_large_trim).
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
@@ -26,8 +28,10 @@
 //     mmap and munmap on the kernel's lock of the address space. 64 regions and 8 MiB still
 //     left bench_churn (4 threads, ~200 such blocks live) with ~900 fresh mappings and ~500
 //     voluntary context switches a run (mimalloc: ~20); 256 and 32 MiB leave ~330 mappings
-//     (its peak of live blocks) and ~270 switches. Bigger regions are rarely asked for again
-//     at a fitting size (a vector grown by realloc is freed at its largest).
+//     (its peak of live blocks) and ~270 switches. Regions up to 16 MiB are cached: a vector
+//     grown by realloc is freed at its largest, and the next one starts at half that size and
+//     grows back (bench_churn's threads' pointer arrays, 800 KiB -> 1.6 MiB: with 1 MiB as the
+//     limit each was a fresh mapping, ~7,000 of the run's 29,000 page faults).
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,7 +44,7 @@
 #define HAK_LARGE_CACHE_COUNT      256
 #define HAK_LARGE_CACHE_BYTES      ((size_t)32 << 20)
 #define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs
-#define HAK_LARGE_CACHE_REGION     ((size_t)1 << 20)   // larger regions are never cached
+#define HAK_LARGE_CACHE_REGION     ((size_t)16 << 20)  // larger regions are never cached
 #define HAK_LARGE_TABLE_MIN        1024                // entries (32 KiB)
 // Speed-first: a cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of
 // 256 regions reused best-fit keeps some waiting longer than 10 ms between uses, and
@@ -133,14 +137,17 @@ static void mark_registry(uintptr_t block, size_t size) {
             hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
 }
 
-// Takes a cached region of at least `need` bytes (and at most a third more) aligned enough;
-// under the lock.
+// Takes the smallest cached region of at least `need` bytes that fits (see below) and is
+// aligned enough; under the lock.
 static hak_large *cache_take(size_t need, size_t alignment) {
+    // Speed-first: a region up to twice the request (the rest stays mapped behind the block,
+    // so a realloc that grows it back is served in place); lean: at most a third more.
+    size_t slack_div = hak_option[HAK_OPT_SS_MEM_LEAN] ? 4 : 2;
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
-        if (size < need || size - size / 4 > need) continue;
+        if (size < need || size - size / slack_div > need) continue;
         if (cache[i] & (alignment - 1)) continue;
         if (best == HAK_LARGE_CACHE_COUNT || size < best_size) best = i, best_size = size;
     }

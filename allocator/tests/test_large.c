@@ -12,6 +12,14 @@
 // caches of empty regions and for libc, far below the hundreds of MiB that were live.
 static const size_t resident_slack = 32 * MiB;
 
+// What libhakmem's speed-first policy may keep on top of that for a while: its cache of
+// freed large regions (up to 32 MiB, each region purged once it has waited 100 ms; the lean
+// policy caches 512 KiB and empties the cache at thread exit).
+static size_t large_cache_bound(void) {
+    const char *lean = getenv("HAKMEM_SS_MEM_LEAN");
+    return allocator_is_hakmem() && !(lean && *lean == '1') ? 32 * MiB : 0;
+}
+
 static uint64_t page_tag(uint64_t block_id, size_t page) {
     return (block_id << 32) ^ (page * 0x9e3779b97f4a7c15ULL);
 }
@@ -80,7 +88,7 @@ static void test_memory_returns_after_free(size_t block_size, size_t total) {
     size_t after = resident_now();
     printf("blocks of %zu KiB: baseline=%zu KiB peak=%zu KiB after_free=%zu KiB\n",
            block_size / KiB, baseline / KiB, peak / KiB, after / KiB);
-    if (returns_memory) CHECK(after <= baseline + resident_slack);
+    if (returns_memory) CHECK(after <= baseline + resident_slack + large_cache_bound());
 }
 
 enum { LIVE_SLOTS = 8 };
