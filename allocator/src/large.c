@@ -338,15 +338,18 @@ void *hak_large_realloc(void *p, size_t size) {
     hak_large *e = live_entry("realloc", p);
     size_t map_size = e->map_size, usable = e->usable;
     if (need <= map_size) {
-        // Shrink (or regrow within the mapping): the tail beyond the block goes back when it
-        // is at least a quarter of the mapping.
+        // Shrink, or regrow within the mapping (a cached region serves requests down to half
+        // its size): a shrink gives back the tail beyond the block when it is at least a
+        // quarter of the mapping; a regrow keeps it (a vector grown 1.5x at a time would
+        // otherwise unmap, remap and fault in the same tail at each step).
+        int trim = need < usable && map_size - need >= map_size / 4;
         e->usable = need;
-        if (map_size - need >= map_size / 4) e->map_size = need;
+        if (trim) e->map_size = need;
         pthread_mutex_unlock(&large_lock);
         hak_stat_sub(large, live_kb, usable / 1024);
         hak_stat_add(large, live_kb, need / 1024);
         hak_stat_add(large, realloc_in_place, 1);
-        if (map_size - need >= map_size / 4) {
+        if (trim) {
             hak_os_unmap((char *)p + need, map_size - need);
             hak_stat_mapped(-(long)(map_size - need));
         }
