@@ -16,7 +16,7 @@
 
 #include "internal.h"
 
-static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t heaps_lock = HAK_LOCK_INITIALIZER;
 static hak_heap *heaps_live;   // every heap in use (for stats at exit)
 static hak_heap *heaps_unused; // released by exited threads, reused first
 static char *heaps_chunk;      // bump area for new heap structs
@@ -447,7 +447,7 @@ void hak_heap_fork_parent(void) {
 // its push at fork time is gone: clear its flag, or this heap would wait for it forever (its
 // blocks stay allocated in the child).
 void hak_heap_fork_child(void) {
-    pthread_mutex_init(&heaps_lock, NULL);
+    hak_lock_reset(&heaps_lock);
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) return;
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)

@@ -61,7 +61,7 @@ typedef struct hak_large {
 
 #define HAK_LARGE_TOMBSTONE ((uintptr_t)1)
 
-static pthread_mutex_t large_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t large_lock = HAK_LOCK_INITIALIZER;
 static hak_large *table;
 static size_t table_capacity; // a power of two
 static size_t table_used;     // live, cached and deleted slots
@@ -388,5 +388,5 @@ void hak_large_fork_parent(void) {
     pthread_mutex_unlock(&large_lock);
 }
 void hak_large_fork_child(void) {
-    pthread_mutex_init(&large_lock, NULL);
+    hak_lock_reset(&large_lock);
 }

@@ -27,7 +27,7 @@
 #include "internal.h"
 #include "options.h"
 
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t cache_lock = HAK_LOCK_INITIALIZER;
 static hak_superslab *cache_first;
 static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).
@@ -271,5 +271,5 @@ void hak_os_fork_parent(void) {
     pthread_mutex_unlock(&cache_lock);
 }
 void hak_os_fork_child(void) {
-    pthread_mutex_init(&cache_lock, NULL);
+    hak_lock_reset(&cache_lock);
 }

@@ -14,7 +14,7 @@ void hak_registry_set(uintptr_t chunk, unsigned value) {
                           memory_order_release);
 }
 
-static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t abandoned_lock = HAK_LOCK_INITIALIZER;
 static hak_superslab *abandoned_first, *abandoned_last;
 static _Atomic size_t abandoned_count; // read without the lock as a hint
 
@@ -176,5 +176,5 @@ void hak_superslab_fork_parent(void) {
     pthread_mutex_unlock(&abandoned_lock);
 }
 void hak_superslab_fork_child(void) {
-    pthread_mutex_init(&abandoned_lock, NULL);
+    hak_lock_reset(&abandoned_lock);
 }
