@@ -28,7 +28,9 @@
 // adaptive mutex spins briefly before it sleeps: with a plain mutex, bench_churn's 4 threads
 // on 2 cores made ~1,000 futex calls a run on the large lock alone (every 32-64 KiB malloc
 // and free takes it) and waited asleep while the holder ran on the other core; adaptive,
-// ~70 (mimalloc: ~20). A fork child re-initializes them (hak_lock_reset).
+// ~40 (mimalloc: ~20). Its throughput did not move measurably (`hakbench ab --rev`: 1.008
+// [0.970, 1.034]; larson 0.999, xmalloc 1.024): what it still waits on is the kernel's
+// address-space lock (see docs/allocator.md). A fork child re-initializes them (hak_lock_reset).
 #define HAK_LOCK_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
 static inline void hak_lock_reset(pthread_mutex_t *lock) {
     pthread_mutex_t fresh = HAK_LOCK_INITIALIZER;
