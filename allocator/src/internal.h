@@ -62,6 +62,11 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
 #define HAK_NATURAL_ALIGN  4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this (aligned_alloc)
 
+// `size` rounded up to whole OS pages; wraps to less than `size` when that overflows.
+static inline size_t hak_round_to_os_pages(size_t size) {
+    return (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
+}
+
 typedef struct hak_block {
     struct hak_block *next;
 } hak_block;

@@ -195,13 +195,9 @@ void hak_large_purge_due(void) {
     pthread_mutex_unlock(&large_lock);
 }
 
-static size_t round_to_os_pages(size_t size) {
-    return (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
-}
-
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
-    size_t need = round_to_os_pages(size ? size : 1);
+    size_t need = hak_round_to_os_pages(size ? size : 1);
     pthread_mutex_lock(&large_lock);
     hak_large *e = cache_count ? cache_take(need, alignment) : NULL;
     if (e) {
@@ -333,7 +329,7 @@ size_t hak_large_usable(const char *func, void *p) {
 // Resizes large block p to `size` (above the mid pool) without copying: returns the block (p
 // or where mremap moved it), or NULL when the caller must allocate, copy and free.
 void *hak_large_realloc(void *p, size_t size) {
-    size_t need = round_to_os_pages(size);
+    size_t need = hak_round_to_os_pages(size);
     pthread_mutex_lock(&large_lock);
     hak_large *e = live_entry("realloc", p);
     size_t map_size = e->map_size, usable = e->usable;

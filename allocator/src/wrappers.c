@@ -471,7 +471,7 @@ HAK_EXPORT void *hak_valloc(size_t size) {
 }
 
 HAK_EXPORT void *hak_pvalloc(size_t size) {
-    size_t rounded = (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
+    size_t rounded = hak_round_to_os_pages(size);
     if (rounded < size) {
         errno = ENOMEM;
         return NULL;
