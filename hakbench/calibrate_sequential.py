@@ -208,8 +208,10 @@ def _quantile(xs: Sequence[float], q: float) -> float | None:
 
 
 def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
-    """Per condition: verdict counts and rates (Wilson 95 %), the measured effect, and the
-    median and 90th percentile of seconds and pairs to the stop."""
+    """Per condition: verdict counts and rates (Wilson 95 %), the measured effect, the pair
+    spread (the median over trials of each trial's robust SD of its paired log ratios: how
+    noisy the machine's pairs were, which decides how many a verdict takes), and the median
+    and 90th percentile of seconds and pairs to the stop."""
     import numpy as np
 
     rows = []
@@ -223,6 +225,7 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
         # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
         hits = counts[GO] + counts[NO_GO] if aa else counts[NO_GO]
         secs = [t.seconds for t in ts]
+        spreads = [cal.robust_sd(t.log_ratios) for t in ts if len(t.log_ratios) >= 2]
         rows.append(
             {
                 "condition": c,
@@ -232,6 +235,7 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
                 "effect_pct": round(100 * (1 / math.exp(float(np.median(logs))) - 1), 3)
                 if logs
                 else None,
+                "pair_spread": round(float(np.median(spreads)), 4) if spreads else None,
                 "verdicts": {v: counts[v] for v in VERDICTS},
                 "rate_name": "false GO/NO-GO" if aa else "NO-GO",
                 "rate": hits / n,
@@ -255,24 +259,27 @@ def report_lines(rows: Sequence[dict], *, max_time_s: float, max_pairs: int) -> 
         "",
         "| condition (K@threshold) | effect here | trials | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
         "| rate (95 % CI) | s to verdict: median / p90 | whole ab call, s: median / p90 "
-        "| pairs: median / p90 |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|",
+        "| pairs: median / p90 | pair spread |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|",
     ]
     for r in rows:
         v = r["verdicts"]
         effect = "-" if r["effect_pct"] is None else f"{r['effect_pct']:.2f} %"
         lo, hi = r["rate_ci95"]
+        spread = "-" if r.get("pair_spread") is None else f"{100 * r['pair_spread']:.1f} %"
         lines.append(
             f"| {r['condition']} | {effect} | {r['trials']} | {v[GO]} | {v[NO_GO]} "
             f"| {v[NEUTRAL]} | {v[seq.INCONCLUSIVE]} "
             f"| {r['rate_name']} {100 * r['rate']:.0f} % ({100 * lo:.0f}-{100 * hi:.0f}) "
             f"| {r['seconds_median']} / {r['seconds_p90']} "
             f"| {r.get('call_seconds_median')} / {r.get('call_seconds_p90')} "
-            f"| {r['pairs_median']:g} / {r['pairs_p90']:g} |"
+            f"| {r['pairs_median']:g} / {r['pairs_p90']:g} | {spread} |"
         )
     lines += [
         "",
         "s to verdict: from the first (warm-up) pair to the stop; the whole ab call adds its "
-        "engagement and perf runs and writing its report.",
+        "engagement and perf runs and writing its report. Pair spread: the median over trials "
+        "of the robust SD (1.4826 x MAD) of a trial's paired log ratios; the pairs a verdict "
+        "takes grow with its square.",
     ]
     return lines

@@ -92,6 +92,20 @@ def test_summary_rates_and_times():
     assert k["effect_pct"] == pytest.approx(100 * (math.exp(0.017) - 1), abs=1e-3)
     text = "\n".join(cs.report_lines(list(rows.values()), max_time_s=60, max_pairs=2000))
     assert "| 2@1 | 1.72 % | 10 | 0 | 10 | 0 | 0 | NO-GO 100 %" in text
+    assert aa["pair_spread"] is None  # one pair a trial: no spread
+
+
+def test_summary_pair_spread_is_the_median_trials_robust_sd():
+    noisy = [0.0, 0.02, -0.02, 0.04, -0.04, 0.01, -0.01]
+    quiet = [x / 4 for x in noisy]
+    ts = [trial("0@1", "NEUTRAL", 1, logs=logs) for logs in (noisy, quiet, quiet)]
+    (row,) = cs.summarize(ts)
+    assert row["pair_spread"] == pytest.approx(1.4826 * 0.005, abs=1e-4)
+    # a constant shift of a trial (its effect) is not spread
+    ts = [trial("2@1", "NO-GO", 1, logs=[x - 0.02 for x in noisy])]
+    assert cs.summarize(ts)[0]["pair_spread"] == pytest.approx(1.4826 * 0.02, abs=1e-4)
+    text = "\n".join(cs.report_lines(cs.summarize(ts), max_time_s=60, max_pairs=2000))
+    assert text.splitlines()[4].endswith("| 3.0 % |")
 
 
 def test_conditions_are_checked():
