@@ -212,7 +212,9 @@ def test_one_added_instruction_in_malloc_fails_the_gate_and_the_tree_passes(tmp_
     what `make test`'s own `hakbench gate` checks)."""
 
     def patch(text):
-        entry = re.search(r"HAK_EXPORT void \*hak_malloc\(size_t size\) \{\n", text)
+        entry = re.search(
+            r"HAK_EXPORT (?:HAK_HOT_ALIGN )?void \*hak_malloc\(size_t size\) \{\n", text
+        )
         assert entry, "malloc's definition moved: update this test's patch"
         probe = (
             "    { size_t gate_probe = size; "

@@ -42,6 +42,10 @@ static inline void hak_lock_reset(pthread_mutex_t *lock) {
 #define HAK_NOINLINE    __attribute__((noinline))
 #define HAK_COLD        __attribute__((cold, noinline))
 #define HAK_EXPORT      __attribute__((visibility("default")))
+// The two fast paths start on a cache line of their own, so that an unrelated change elsewhere
+// in the library does not move them across line (and decoder window) boundaries: measured
+// here, such a shift alone moved tiny workloads' throughput by ~1 % with the same instructions.
+#define HAK_HOT_ALIGN   __attribute__((aligned(64)))
 
 #ifdef HAK_DEBUG
 void hak_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));

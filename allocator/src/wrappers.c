@@ -30,7 +30,7 @@ static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, un
 // One fast path for every size class: a table load for the class (tiny sizes index by the
 // size itself, mid sizes by HAK_MID_INDEX), pop. Mid sizes this process does not serve find
 // HAK_CLASS_NONE, whose direct page is always empty.
-HAK_EXPORT void *hak_malloc(size_t size) {
+HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
     hak_heap *heap = hak_tls_heap;
     void *block = NULL;
     if (HAK_LIKELY(size <= HAK_TINY_MAX))
@@ -117,7 +117,7 @@ static HAK_NOINLINE void free_other(void *p) {
 }
 #endif
 
-HAK_EXPORT void hak_free(void *p) {
+HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
 #ifndef HAK_DEBUG // the debug build checks every free in the slow path
     uintptr_t a = (uintptr_t)p;
     uintptr_t chunk = a >> HAK_SS_SHIFT;
