@@ -58,7 +58,7 @@ static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, un
     if (!page && front->max_spare && heap->spare[cls]) page = reuse_empty_page(heap, cls);
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
-        hak_heap_need_memory(heap);
+        hak_heap_need_memory(heap, cls);
         if (hak_heap_adopt(heap))
             page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
         if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks);

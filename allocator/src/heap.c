@@ -196,6 +196,13 @@ int hak_heap_adopt(hak_heap *heap) {
         } else if (page->free || page->reserved < page->capacity || !park_full(heap, page)) {
             queue_push_back(&heap->queue[page->class_idx], page);
             if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
+            // a page of a merged class with room: its sizes are served by it again
+            unsigned into = page->class_idx < HAK_TINY_CLASS_COUNT
+                                ? hak_class_merged_into[page->class_idx]
+                                : page->class_idx;
+            if (into != page->class_idx &&
+                heap->class_of_size[hak_class_block_size[page->class_idx]] == into)
+                hak_heap_split_class(heap, into);
         }
     }
     if (ss->pages_in_use == 0 && ss->next) { // all its blocks were freed meanwhile
@@ -317,6 +324,13 @@ void hak_heap_install_page(hak_heap *heap, hak_page *page) {
     heap->direct[page->class_idx] = page;
 }
 
+// The class merged into `cls` (hak_class_merged_into) gets its own sizes back.
+HAK_NOINLINE void hak_heap_split_class(hak_heap *heap, unsigned cls) {
+    unsigned small = cls - 1;
+    for (size_t n = hak_class_block_size[small - 1] + 1; n <= hak_class_block_size[small]; n++)
+        heap->class_of_size[n] = (uint8_t)small;
+}
+
 hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
                             uint32_t carve_blocks) {
     hak_page *page = fresh_page(heap, cls);
@@ -352,7 +366,7 @@ hak_heap *hak_heap_create(void) {
     for (unsigned c = 0; c <= HAK_CLASS_NONE; c++)
         heap->direct[c] = &hak_page_empty;
     for (size_t n = 0; n <= HAK_TINY_MAX; n++)
-        heap->class_of_size[n] = (uint8_t)hak_tiny_class_of(n);
+        heap->class_of_size[n] = hak_class_merged_into[hak_tiny_class_of(n)];
     // Index i covers sizes (256 (i - 1), 256 i]; class boundaries are multiples of 256 B.
     for (size_t i = 0; i < HAK_MID_INDEX_COUNT; i++) {
         size_t n = i * 256;

@@ -180,6 +180,9 @@ typedef struct hak_heap {
     // max_partial): a list linked by page->next, and its length.
     hak_page *spare[HAK_CLASS_COUNT];
     uint8_t spare_count[HAK_CLASS_COUNT];
+    // How often each class's own lists could not serve a refill (saturating at 255): a class
+    // that a smaller one starts merged into splits it off at the second (hak_heap_need_memory).
+    uint8_t backend_trips[HAK_CLASS_COUNT];
     _Atomic(hak_block *) delayed_free; // remote frees into full pages (see page.c)
     hak_superslab *superslabs[HAK_KIND_COUNT]; // owned, per page kind; fresh pages from the first
     // Remote frees waiting to go to one page of another heap as a single chain (one CAS per
@@ -209,6 +212,16 @@ extern hak_page hak_page_empty;
 extern size_t hak_small_max;
 // Each class's page kind (HAK_KIND_*), set with the routes at process init.
 extern uint8_t hak_class_kind[HAK_CLASS_COUNT];
+// Classes merged until demand splits them (route.c, set at process init): C6's classes are
+// 32 B apart, and each heap starts with each odd one (288, 352, 416, 480 B) served by the
+// next (320, 384, 448, 512), so a heap holding few such blocks has four partly used pages
+// where it would have eight. When the larger class's own lists cannot serve a refill for the
+// second time (it holds more than a page of these sizes, and the tighter fit now pays), or
+// the heap adopts a page of the smaller class from an exited thread, the heap splits the
+// smaller one off: heap->class_of_size maps its sizes to it again. Only the slow paths
+// look; the fast path reads heap->class_of_size as always. hak_class_merged_into[c]: the
+// class that serves class c's sizes until the split (c itself if never merged).
+extern uint8_t hak_class_merged_into[HAK_TINY_CLASS_COUNT];
 extern const hak_heap hak_heap_empty;
 extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
@@ -417,10 +430,17 @@ static inline void hak_heap_slow_entry(hak_heap *heap) {
     hak_heap_free_delayed(heap);
 }
 
+void hak_heap_split_class(hak_heap *heap, unsigned cls);
+
 // What every front does when its own lists cannot serve the refill, before it adopts or takes
 // a fresh page: its remote batch goes out (the thread may now block on a lock or in the
-// kernel, and must hold no other heap's page hostage meanwhile), and the periodic sweep.
-static inline void hak_heap_need_memory(hak_heap *heap) {
+// kernel, and must hold no other heap's page hostage meanwhile), and the periodic sweep; and
+// a class with a smaller one merged into it (hak_class_merged_into) splits it off at its
+// second such trip: the heap then holds more than a page of these sizes.
+static inline void hak_heap_need_memory(hak_heap *heap, unsigned cls) {
+    if (heap->backend_trips[cls] < UINT8_MAX && ++heap->backend_trips[cls] == 2 && cls > 0 &&
+        cls < HAK_TINY_CLASS_COUNT && hak_class_merged_into[cls - 1] == cls)
+        hak_heap_split_class(heap, cls);
     if (heap->remote_page) hak_heap_flush_remote(heap);
     if (HAK_UNLIKELY(heap->sweep_countdown-- == 0)) hak_heap_sweep(heap);
 }

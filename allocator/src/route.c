@@ -19,6 +19,7 @@
 
 size_t hak_small_max = HAK_MID_MAX;
 uint8_t hak_class_kind[HAK_CLASS_COUNT];
+uint8_t hak_class_merged_into[HAK_TINY_CLASS_COUNT];
 
 static unsigned tinyheap_mask(void) {
     long override = hak_option[HAK_OPT_TINY_HEAP_CLASSES];
@@ -62,6 +63,13 @@ void hak_route_init(void) {
         served = served && (v3 || size <= HAK_MID_MAX);
         if (served) hak_small_max = size;
     }
+    // C6's odd classes start merged into the next (internal.h, hak_class_merged_into).
+    for (unsigned c = 0; c < HAK_TINY_CLASS_COUNT; c++)
+        hak_class_merged_into[c] =
+            (uint8_t)(hak_tiny_group[c] == 6 && hak_class_block_size[c] % 64 &&
+                              hak_route_for_class(c) == hak_route_for_class(c + 1)
+                          ? c + 1
+                          : c);
 }
 
 void hak_route_latch(hak_heap *heap) {

@@ -201,7 +201,8 @@ HAK_NOINLINE void *hak_malloc_slow(size_t size) {
     hak_heap *heap = current_heap(); // reads the options first: hak_small_max is set after
     if (!heap) return NULL;
     if (size > hak_small_max) return large_alloc(size, HAK_MIN_ALIGN, 0);
-    return alloc_class(heap, hak_class_of(size));
+    // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into)
+    return alloc_class(heap, size <= HAK_TINY_MAX ? heap->class_of_size[size] : hak_class_of(size));
 }
 
 // Validates that p lies in a region of ours: NULL for a large block (the caller asks

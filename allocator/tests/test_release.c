@@ -19,6 +19,9 @@
 //   - lean policy: when a thread exits leaving a few live mid blocks in its pages, the free
 //     blocks between them keep no more than their first OS page resident (speed-first keeps
 //     them warm for the adopter)
+//   - C6's odd classes (288, 352, 416, 480 B) start merged into the next in every thread, and
+//     split off once the heap holds more than a page of those sizes, or adopts a page of the
+//     smaller class from an exited thread
 // Bounds that only libhakmem promises are checked only under libhakmem.
 #include "testhelper.h"
 
@@ -210,6 +213,59 @@ static void test_mid_blocks_reused(void) {
     // geometry is what SmallObject v3 replaces, so the bound is v3's.
     const char *v3 = getenv("HAKMEM_SMALL_HEAP_V3_ENABLED");
     if (allocator_is_hakmem() && !(v3 && v3[0] == '0')) CHECK(fresh_after_warmup < 64);
+}
+
+// A thread's first 280 B blocks come from the 320 B class (C6 merged two by two); once that
+// class needs a second page, 280 B gets its own 288 B class. Keeps every tenth of its 288 B
+// blocks alive for the adopter below, then exits.
+enum { MERGE_N = 600 };
+static void *merge_kept[MERGE_N];
+static size_t merge_first_usable, merge_last_usable;
+
+static void *merged_class_thread(void *arg) {
+    (void)arg;
+    static void *blocks[MERGE_N];
+    for (int i = 0; i < MERGE_N; i++)
+        blocks[i] = malloc(280);
+    merge_first_usable = malloc_usable_size(blocks[0]);
+    merge_last_usable = malloc_usable_size(blocks[MERGE_N - 1]);
+    for (int i = 0; i < MERGE_N; i++) {
+        if (i % 10 == 0 && malloc_usable_size(blocks[i]) == 288)
+            merge_kept[i] = blocks[i];
+        else
+            free(blocks[i]);
+    }
+    return NULL;
+}
+
+static size_t adopter_usable[2];
+
+static void *adopter_thread(void *arg) {
+    (void)arg;
+    void *a = malloc(280), *b = malloc(280); // the first refill adopts the exited thread's pages
+    adopter_usable[0] = malloc_usable_size(a);
+    adopter_usable[1] = malloc_usable_size(b);
+    free(a);
+    free(b);
+    return NULL;
+}
+
+// Runs before any other test's thread exits: the merging thread's superslab is then the only
+// abandoned one, the one the adopter's first refill takes.
+static void test_merged_classes_split(void) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, merged_class_thread, NULL) == 0 && pthread_join(t, NULL) == 0);
+    CHECK(pthread_create(&t, NULL, adopter_thread, NULL) == 0 && pthread_join(t, NULL) == 0);
+    printf("280 B: usable %zu first, %zu after %d blocks; in a thread adopting 288 B pages: %zu, "
+           "then %zu\n",
+           merge_first_usable, merge_last_usable, MERGE_N, adopter_usable[0], adopter_usable[1]);
+    for (int i = 0; i < MERGE_N; i++)
+        free(merge_kept[i]);
+    CHECK(merge_first_usable >= 280 && merge_last_usable >= 280 && adopter_usable[1] >= 280);
+    if (!allocator_is_hakmem()) return;
+    CHECK(merge_first_usable == 320); // merged: few such blocks cost one page, not two
+    CHECK(merge_last_usable == 288);  // split: many cost 10 % less
+    CHECK(adopter_usable[1] == 288);  // adopted pages of the smaller class are used at once
 }
 
 static pthread_key_t destructor_key;
@@ -454,6 +510,7 @@ int main(void) {
     // First, while the large cache is empty: the other tests' freed regions (up to 16 MiB
     // each) may otherwise fill its 32 MiB, and these regions would be unmapped at once.
     test_large_cache_purged_after_delay();
+    test_merged_classes_split();
     test_size_classes();
     test_usable_size();
     test_realloc_does_not_copy();
