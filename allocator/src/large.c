@@ -46,6 +46,16 @@
 #define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs
 #define HAK_LARGE_CACHE_REGION     ((size_t)16 << 20)  // larger regions are never cached
 #define HAK_LARGE_TABLE_MIN        1024                // entries (32 KiB)
+// Regions of up to HAK_LARGE_SPAN_MAX (page-aligned requests) are cut from chunks mapped
+// HAK_LARGE_CHUNK at a time, in address order, instead of one mmap each: a mapping takes the
+// kernel's address-space lock for writing, and every other thread's page fault, mmap and
+// munmap waits for it. A span is then a region like any other (its own table entry, cached,
+// purged, unmapped, grown by mremap, which moves it out of its chunk); the chunk is never
+// freed as a whole. What a chunk cannot fit at its end is unmapped when the next is mapped.
+// Speed-first only: under the lean policy, whose cache keeps 512 KiB, freed spans would be
+// unmapped one by one anyway, and bench_churn's peak RSS under BALANCED rose 3 % with them.
+#define HAK_LARGE_SPAN_MAX ((size_t)256 << 10)
+#define HAK_LARGE_CHUNK    ((size_t)4 << 20)
 // Speed-first: a cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of
 // 256 regions reused best-fit keeps some waiting longer than 10 ms between uses, and
 // bench_churn then purged and faulted them back in (1,700-2,100 madvise calls and ~45,000
@@ -76,6 +86,8 @@ static uintptr_t recently_unmapped[HAK_LARGE_RECENT];
 static unsigned recent_next;
 static unsigned cache_count;
 static size_t cache_bytes;
+static char *chunk_next; // the untaken rest of the current chunk
+static size_t chunk_left;
 
 static size_t slot_of(uintptr_t block) {
     return (size_t)((block >> 12) * 0x9e3779b97f4a7c15ULL >> 20) & (table_capacity - 1);
@@ -135,6 +147,29 @@ static void mark_registry(uintptr_t block, size_t size) {
     for (uintptr_t c = block >> HAK_SS_SHIFT; c <= (block + size - 1) >> HAK_SS_SHIFT; c++)
         if (hak_registry_get(c << HAK_SS_SHIFT) != HAK_REG_LARGE)
             hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
+}
+
+// The next `need` bytes of the current chunk, mapping a new one when they do not fit; under
+// the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
+static char *span_take(size_t need) {
+    if (chunk_left < need) {
+        char *chunk =
+            mmap(NULL, HAK_LARGE_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        hak_stat_add(ss_os, mmap_total, 1);
+        if (chunk == MAP_FAILED) return NULL;
+        hak_stat_mapped((long)HAK_LARGE_CHUNK);
+        if (chunk_left) {
+            hak_os_unmap(chunk_next, chunk_left);
+            hak_stat_mapped(-(long)chunk_left);
+        }
+        mark_registry((uintptr_t)chunk, HAK_LARGE_CHUNK);
+        chunk_next = chunk;
+        chunk_left = HAK_LARGE_CHUNK;
+    }
+    char *span = chunk_next;
+    chunk_next += need;
+    chunk_left -= need;
+    return span;
 }
 
 // Takes the smallest cached region of at least `need` bytes that fits (see below) and is
@@ -218,6 +253,17 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         hak_stat_add(large, live_kb, need / 1024);
         if (zero) memset(block, 0, size);
         return block;
+    }
+    if (alignment <= HAK_OS_PAGE_SIZE && need <= HAK_LARGE_SPAN_MAX &&
+        !hak_option[HAK_OPT_SS_MEM_LEAN]) {
+        char *span = span_take(need);
+        int ok = span && table_insert((uintptr_t)span, need, need);
+        pthread_mutex_unlock(&large_lock);
+        if (!ok) return NULL; // a span without its entry stays unused in its chunk
+        hak_stat_add(large, mapped, 1);
+        hak_stat_add(large, alloc, 1);
+        hak_stat_add(large, live_kb, need / 1024);
+        return span; // fresh (a chunk is never reused but through the cache): already zero
     }
     pthread_mutex_unlock(&large_lock);
     char *block;

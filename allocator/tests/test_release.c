@@ -19,6 +19,8 @@
 //   - lean policy: when a thread exits leaving a few live mid blocks in its pages, the free
 //     blocks between them keep no more than their first OS page resident (speed-first keeps
 //     them warm for the adopter)
+//   - speed-first: blocks of 32-256 KiB are cut from larger chunks in address order, not
+//     mapped one by one (each mmap stalls every other thread's page faults)
 //   - C6's odd classes (288, 352, 416, 480 B) start merged into the next in every thread, and
 //     split off once the heap holds more than a page of those sizes, or adopts a page of the
 //     smaller class from an exited thread
@@ -268,6 +270,31 @@ static void test_merged_classes_split(void) {
     CHECK(adopter_usable[1] == 288);  // adopted pages of the smaller class are used at once
 }
 
+// 200 live 40 KiB blocks (large unless SmallObject v3 serves M5, as with mask 0xffff): under
+// the speed-first policy consecutive ones are neighbours in their chunk, ascending; mapped one
+// by one they would come from wherever mmap put them (top-down: descending).
+static void test_large_spans_from_chunks(void) {
+    const char *lean = getenv("HAKMEM_SS_MEM_LEAN"), *v3 = getenv("HAKMEM_SMALL_HEAP_V3_CLASSES");
+    if (!allocator_is_hakmem() || (lean && !strcmp(lean, "1")) ||
+        (v3 && (strtol(v3, NULL, 0) & 0xe000)))
+        return;
+    enum { COUNT = 200 };
+    const size_t size = 40 * KiB;
+    static char *blocks[COUNT];
+    int neighbours = 0;
+    for (int i = 0; i < COUNT; i++) {
+        blocks[i] = malloc(size);
+        if (!CHECK(blocks[i] != NULL)) return;
+        blocks[i][size - 1] = 1;
+        neighbours += i > 0 && blocks[i] == blocks[i - 1] + size;
+    }
+    for (int i = 0; i < COUNT; i++)
+        free(blocks[i]);
+    printf("speed-first: %d of %d consecutive 40 KiB blocks adjacent, ascending\n", neighbours,
+           COUNT - 1);
+    CHECK(neighbours >= COUNT - 1 - 4); // a new chunk every ~100 of them; a few cache hits
+}
+
 static pthread_key_t destructor_key;
 static atomic_int destructor_runs;
 
@@ -511,6 +538,7 @@ int main(void) {
     // each) may otherwise fill its 32 MiB, and these regions would be unmapped at once.
     test_large_cache_purged_after_delay();
     test_merged_classes_split();
+    test_large_spans_from_chunks();
     test_size_classes();
     test_usable_size();
     test_realloc_does_not_copy();
