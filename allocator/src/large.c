@@ -1,6 +1,8 @@
 // Large blocks (above the mid pool, or aligned beyond what a size class gives): each is its
-// own mapping, sized to need: the request rounded up to OS pages, the block at the start of
-// the mapping (over-aligned blocks are mapped over-size and trimmed, so they start there too).
+// own region, sized to need: the request rounded up to OS pages, the block at the start of
+// the region (over-aligned blocks are mapped over-size and trimmed, so they start there too).
+// A region is a mapping of its own, or under the speed-first policy, up to 256 KiB, a span cut
+// from a larger chunk (HAK_LARGE_SPAN_MAX below); either way it is handled alike.
 // No header lives in the mapping. Their metadata is an entry in a hash table keyed by the
 // block address (under one lock; every large operation costs a syscall or a cache hit anyway):
 //   - free() and malloc_usable_size() find the entry or report the pointer: an address that
