@@ -196,13 +196,7 @@ int hak_heap_adopt(hak_heap *heap) {
         } else if (page->free || page->reserved < page->capacity || !park_full(heap, page)) {
             queue_push_back(&heap->queue[page->class_idx], page);
             if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
-            // a page of a merged class with room: its sizes are served by it again
-            unsigned into = page->class_idx < HAK_TINY_CLASS_COUNT
-                                ? hak_class_merged_into[page->class_idx]
-                                : page->class_idx;
-            if (into != page->class_idx &&
-                heap->class_of_size[hak_class_block_size[page->class_idx]] == into)
-                hak_heap_split_class(heap, into);
+            hak_heap_unmerge(heap, page->class_idx); // a page of it with room: serve it again
         }
     }
     if (ss->pages_in_use == 0 && ss->next) { // all its blocks were freed meanwhile
@@ -324,9 +318,8 @@ void hak_heap_install_page(hak_heap *heap, hak_page *page) {
     heap->direct[page->class_idx] = page;
 }
 
-// The class merged into `cls` (hak_class_merged_into) gets its own sizes back.
-HAK_NOINLINE void hak_heap_split_class(hak_heap *heap, unsigned cls) {
-    unsigned small = cls - 1;
+// Class `small`, merged into the next (hak_class_merged_into), gets its own sizes back.
+HAK_NOINLINE void hak_heap_split_class(hak_heap *heap, unsigned small) {
     for (size_t n = hak_class_block_size[small - 1] + 1; n <= hak_class_block_size[small]; n++)
         heap->class_of_size[n] = (uint8_t)small;
 }

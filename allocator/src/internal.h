@@ -430,7 +430,15 @@ static inline void hak_heap_slow_entry(hak_heap *heap) {
     hak_heap_free_delayed(heap);
 }
 
-void hak_heap_split_class(hak_heap *heap, unsigned cls);
+void hak_heap_split_class(hak_heap *heap, unsigned small);
+
+// Gives class `cls` its own sizes back if it starts merged (hak_class_merged_into) and this
+// heap has not split it yet; otherwise nothing. Slow paths only.
+static inline void hak_heap_unmerge(hak_heap *heap, unsigned cls) {
+    if (cls < HAK_TINY_CLASS_COUNT && hak_class_merged_into[cls] != cls &&
+        heap->class_of_size[hak_class_block_size[cls]] != cls)
+        hak_heap_split_class(heap, cls);
+}
 
 // What every front does when its own lists cannot serve the refill, before it adopts or takes
 // a fresh page: its remote batch goes out (the thread may now block on a lock or in the
@@ -438,9 +446,8 @@ void hak_heap_split_class(hak_heap *heap, unsigned cls);
 // a class with a smaller one merged into it (hak_class_merged_into) splits it off at its
 // second such trip: the heap then holds more than a page of these sizes.
 static inline void hak_heap_need_memory(hak_heap *heap, unsigned cls) {
-    if (heap->backend_trips[cls] < UINT8_MAX && ++heap->backend_trips[cls] == 2 && cls > 0 &&
-        cls < HAK_TINY_CLASS_COUNT && hak_class_merged_into[cls - 1] == cls)
-        hak_heap_split_class(heap, cls);
+    if (heap->backend_trips[cls] < UINT8_MAX && ++heap->backend_trips[cls] == 2 && cls > 0)
+        hak_heap_unmerge(heap, cls - 1); // the class below, if it is merged into this one
     if (heap->remote_page) hak_heap_flush_remote(heap);
     if (HAK_UNLIKELY(heap->sweep_countdown-- == 0)) hak_heap_sweep(heap);
 }

@@ -151,6 +151,13 @@ static void mark_registry(uintptr_t block, size_t size) {
             hak_registry_set(c << HAK_SS_SHIFT, HAK_REG_LARGE);
 }
 
+// A new region (a mapping or a span) of `need` bytes in the large stats.
+static void count_new_region(size_t need) {
+    hak_stat_add(large, mapped, 1);
+    hak_stat_add(large, alloc, 1);
+    hak_stat_add(large, live_kb, need / 1024);
+}
+
 // The next `need` bytes of the current chunk, mapping a new one when they do not fit; under
 // the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
 static char *span_take(size_t need) {
@@ -262,9 +269,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         int ok = span && table_insert((uintptr_t)span, need, need);
         pthread_mutex_unlock(&large_lock);
         if (!ok) return NULL; // a span without its entry stays unused in its chunk
-        hak_stat_add(large, mapped, 1);
-        hak_stat_add(large, alloc, 1);
-        hak_stat_add(large, live_kb, need / 1024);
+        count_new_region(need);
         return span; // fresh (a chunk is never reused but through the cache): already zero
     }
     pthread_mutex_unlock(&large_lock);
@@ -290,9 +295,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         hak_stat_mapped(-(long)map_size);
         return NULL;
     }
-    hak_stat_add(large, mapped, 1);
-    hak_stat_add(large, alloc, 1);
-    hak_stat_add(large, live_kb, need / 1024);
+    count_new_region(need);
     (void)zero; // fresh anonymous memory is already zero
     return block;
 }

@@ -63,13 +63,11 @@ void hak_route_init(void) {
         served = served && (v3 || size <= HAK_MID_MAX);
         if (served) hak_small_max = size;
     }
-    // C6's odd classes start merged into the next (internal.h, hak_class_merged_into).
+    // C6's odd classes start merged into the next (internal.h, hak_class_merged_into); both
+    // are of one group, so of one route (route masks are per group).
     for (unsigned c = 0; c < HAK_TINY_CLASS_COUNT; c++)
         hak_class_merged_into[c] =
-            (uint8_t)(hak_tiny_group[c] == 6 && hak_class_block_size[c] % 64 &&
-                              hak_route_for_class(c) == hak_route_for_class(c + 1)
-                          ? c + 1
-                          : c);
+            (uint8_t)(hak_tiny_group[c] == 6 && hak_class_block_size[c] % 64 ? c + 1 : c);
 }
 
 void hak_route_latch(hak_heap *heap) {
