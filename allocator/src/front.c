@@ -59,7 +59,7 @@ static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, un
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
         hak_heap_need_memory(heap, cls);
-        if (hak_heap_adopt(heap))
+        if (hak_heap_adopt(heap, cls))
             page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
         if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks);
         if (!page) return NULL;

@@ -140,12 +140,20 @@ static void push_superslab(hak_heap *heap, hak_superslab *ss) {
     *list = ss;
 }
 
+// Does the heap own another superslab whose pages could serve the same classes as ss's?
+static int has_other_alike(const hak_heap *heap, const hak_superslab *ss) {
+    for (const hak_superslab *other = heap->superslabs[ss->page_kind]; other; other = other->next)
+        if (other != ss && other->affinity == ss->affinity) return 1;
+    return 0;
+}
+
 void hak_heap_release_page(hak_heap *heap, hak_page *page) {
     hak_superslab *ss = (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
     hak_superslab_page_free(ss, page);
     hak_superslab *first = heap->superslabs[ss->page_kind];
-    if (ss->pages_in_use == 0 && !(ss == first && ss->next == NULL)) {
-        // Empty and not the heap's only superslab of its kind: back to the OS policy.
+    if (ss->pages_in_use == 0 && has_other_alike(heap, ss)) {
+        // Empty and not the heap's only superslab of its kind (and affinity): back to the OS
+        // policy.
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
         return;
@@ -181,9 +189,16 @@ void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
     hak_heap_page_emptied(heap, page);
 }
 
-// Takes over a superslab an exited thread left with live blocks: every page joins this heap.
-int hak_heap_adopt(hak_heap *heap) {
-    hak_superslab *ss = hak_superslab_pop_abandoned();
+// Takes over a superslab an exited thread left with live blocks, one with room for class `cls`
+// or for the class merged into it here (hak_superslab_pop_abandoned): every page joins this
+// heap.
+int hak_heap_adopt(hak_heap *heap, unsigned cls) {
+    unsigned merged = cls > 0 && cls - 1 < HAK_TINY_CLASS_COUNT &&
+                              hak_class_merged_into[cls - 1] == cls &&
+                              heap->class_of_size[hak_class_block_size[cls - 1]] == cls
+                          ? cls - 1
+                          : cls;
+    hak_superslab *ss = hak_superslab_pop_abandoned(cls, merged);
     if (!ss) return 0;
     push_superslab(heap, ss);
     for (unsigned i = 0; i < ss->page_count; i++) {
@@ -208,23 +223,20 @@ int hak_heap_adopt(hak_heap *heap) {
     return 1;
 }
 
+// A page for `cls` from a free slot of the heap's superslabs of its kind and affinity (the first
+// superslab, else any other, which is then moved first), else from a new superslab.
 static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
-    unsigned kind = hak_class_kind[cls];
+    unsigned kind = hak_class_kind[cls], affinity = hak_os_class_affinity(cls);
     hak_superslab *ss = heap->superslabs[kind];
-    if (ss && !ss->free_page_mask) {
-        // The first superslab is full: use any other with a free slot before mapping more.
-        for (ss = ss->next; ss && !ss->free_page_mask; ss = ss->next) {
-        }
-        if (ss) {
-            unlink_superslab(heap, ss);
-            push_superslab(heap, ss);
-        } else {
-            ss = heap->superslabs[kind];
-        }
+    while (ss && !(ss->free_page_mask && ss->affinity == affinity))
+        ss = ss->next;
+    if (ss && ss != heap->superslabs[kind]) {
+        unlink_superslab(heap, ss);
+        push_superslab(heap, ss);
     }
     hak_page *page = ss ? hak_superslab_page_alloc(ss) : NULL;
     if (!page) {
-        ss = hak_superslab_acquire(heap, kind);
+        ss = hak_superslab_acquire(heap, kind, affinity);
         if (!ss) return NULL;
         push_superslab(heap, ss);
         page = hak_superslab_page_alloc(ss);

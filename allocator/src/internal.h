@@ -7,6 +7,7 @@
 //              is 4 KiB shorter because the header sits in front of it. The registry byte of
 //              its 2 MiB says the kind, so free() finds the descriptor by shift and mask. A
 //              superslab is owned by one heap (thread); all its pages belong to that heap.
+//              Under the lean policy its pages are all of one size class (its affinity).
 //   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
@@ -139,7 +140,12 @@ typedef struct hak_superslab {
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
     uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
+    // The one size class its pages serve (the lean policy: hak_os_class_affinity), or
+    // HAK_AFFINITY_ANY.
+    uint8_t affinity;
 } hak_superslab;
+
+#define HAK_AFFINITY_ANY 0xff
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
 
@@ -303,13 +309,13 @@ static inline int hak_page_has_block_at(const hak_page *page, uintptr_t p) {
 
 // --- superslab.c: regions, registry, page slots, abandoned superslabs
 void hak_registry_set(uintptr_t chunk, unsigned value);
-hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind);
+hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigned affinity);
 void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
 void hak_superslab_purge(hak_superslab *ss);
 void hak_superslab_abandon(hak_superslab *ss);
-hak_superslab *hak_superslab_pop_abandoned(void);
+hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 void hak_superslab_reclaim_abandoned(unsigned visits);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
@@ -329,6 +335,7 @@ void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
 void hak_os_page_abandoned(const hak_page *page);
 void hak_os_superslab_abandoned(hak_superslab *ss);
+unsigned hak_os_class_affinity(unsigned cls);
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);
 void hak_os_fork_child(void);
@@ -388,7 +395,8 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 //                  carve up to carve_bytes into an exhausted free list, park pages with nothing
 //                  left on the full list; the first page with a free block becomes the head and
 //                  the direct page (returned), or NULL
-//   adopt          take over one abandoned superslab (its pages join the queues); 0 if none
+//   adopt          take over one abandoned superslab with room for the class (its pages join
+//                  the queues); 0 if none
 //   new_page       a fresh page from the heap's superslabs (or a new superslab), carved by
 //                  carve_bytes, made head and direct page; NULL when out of memory
 //   install_page   make a page with free blocks (on no list) the head and direct page
@@ -399,7 +407,7 @@ void hak_heap_free_delayed_blocks(hak_heap *heap);
 void hak_heap_flush_remote(hak_heap *heap);
 int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
-int hak_heap_adopt(hak_heap *heap);
+int hak_heap_adopt(hak_heap *heap, unsigned cls);
 hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
                             uint32_t carve_blocks);
 void hak_heap_install_page(hak_heap *heap, hak_page *page);

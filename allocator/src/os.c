@@ -199,6 +199,17 @@ void hak_os_superslab_abandoned(hak_superslab *ss) {
     ss->purge_due_ns = 0;
 }
 
+// Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
+// every size class superslabs of its own, so that an adopter (hak_heap_adopt) takes over the
+// pages of the class it needs, not 31 pages of other classes with them. With pages shared
+// between classes, bench_churn's new threads adopted the superslabs of the exited ones unevenly
+// and cut fresh pages while the others held the free blocks: 917 fresh pages in a run, 823 of
+// them while other heaps had free blocks of the class. Speed-first shares superslabs between
+// classes: fewer superslabs to map and to warm up (docs/allocator.md, "Adoption").
+unsigned hak_os_class_affinity(unsigned cls) {
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? cls : HAK_AFFINITY_ANY;
+}
+
 // A page left with live blocks by an exiting thread. Under the lean policy its free blocks of
 // 8 KiB and more give their memory back (but their first bytes, the links): the survivors of a
 // dead thread pin their own memory, not the free blocks around them

@@ -30,19 +30,24 @@ static void push_abandoned(hak_superslab *ss) {
     atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
+static void unlink_abandoned(hak_superslab *ss) {
+    if (ss->prev)
+        ss->prev->next = ss->next;
+    else
+        abandoned_first = ss->next;
+    if (ss->next)
+        ss->next->prev = ss->prev;
+    else
+        abandoned_last = ss->prev;
+    ss->next = ss->prev = NULL;
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+}
+
 static hak_superslab *pop_abandoned(void) {
     if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
     pthread_mutex_lock(&abandoned_lock);
     hak_superslab *ss = abandoned_first;
-    if (ss) {
-        abandoned_first = ss->next;
-        if (abandoned_first)
-            abandoned_first->prev = NULL;
-        else
-            abandoned_last = NULL;
-        ss->next = ss->prev = NULL;
-        atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
-    }
+    if (ss) unlink_abandoned(ss);
     pthread_mutex_unlock(&abandoned_lock);
     return ss;
 }
@@ -51,12 +56,14 @@ static const uint8_t kind_shift[HAK_KIND_COUNT] = {HAK_PAGE_SHIFT, HAK_KIND_MEDI
                                                    HAK_KIND_BIG_SHIFT};
 static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MEDIUM, HAK_REG_BIG};
 
-// An empty superslab cut into pages of `page_kind`, its registry byte saying so.
-hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind) {
+// An empty superslab cut into pages of `page_kind`, its registry byte saying so, for the pages
+// of class `affinity` only (or HAK_AFFINITY_ANY).
+hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigned affinity) {
     hak_superslab *ss = hak_os_superslab_get();
     if (!ss) return NULL;
     ss->kind = HAK_SS_SMALL;
     ss->page_kind = (uint8_t)page_kind;
+    ss->affinity = (uint8_t)affinity;
     ss->page_shift = kind_shift[page_kind];
     ss->page_count = (uint8_t)(HAK_SS_SIZE >> ss->page_shift);
     hak_registry_set((uintptr_t)ss, kind_registry[page_kind]);
@@ -140,6 +147,10 @@ void hak_superslab_abandon(hak_superslab *ss) {
 // superslab to the OS policy; one with live blocks goes back to the tail. The visitor holds a
 // popped superslab exclusively, as an adopter would, so it may collect its pages.
 void hak_superslab_reclaim_abandoned(unsigned visits) {
+    // And a sixteenth of the list: with many abandoned superslabs (a class's own each, under
+    // the lean policy) two visits now and then would leave most of those that the remote frees
+    // emptied mapped for long after.
+    visits += (unsigned)(atomic_load_explicit(&abandoned_count, memory_order_relaxed) / 16);
     for (; visits; visits--) {
         hak_superslab *ss = pop_abandoned();
         if (!ss) return;
@@ -161,11 +172,57 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
     }
 }
 
-hak_superslab *hak_superslab_pop_abandoned(void) {
+// Could a heap that needs a page of `cls` use this abandoned superslab's pages? One of them
+// holds the class with a block free (or not yet carved, or freed by another thread and not
+// collected yet). Reads what its last owner left; only remote frees change it meanwhile.
+static int has_room_for(const hak_superslab *ss, unsigned cls) {
+    for (unsigned i = 0; i < ss->page_count; i++) {
+        const hak_page *page = &ss->pages[i];
+        if (!page->in_use || page->class_idx != cls) continue;
+        if (page->used < page->reserved || page->reserved < page->capacity ||
+            (atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS))
+            return 1;
+    }
+    return 0;
+}
+
+// Could a heap use this abandoned superslab for `cls`: of the class's page kind and affinity,
+// with a page of the class that has room?
+static int serves(const hak_superslab *ss, unsigned cls) {
+    return ss->page_kind == hak_class_kind[cls] && ss->affinity == hak_os_class_affinity(cls) &&
+           has_room_for(ss, cls);
+}
+
+// An abandoned superslab for a heap out of pages of `cls` (whose sizes include those of class
+// `merged` in this heap, else merged == cls), taken off the list: the longest waiting (of the
+// first HAK_ADOPT_SCAN) with a page of either class that has room, else one of the class's page
+// kind and affinity with a free slot, else none. An adopter takes every page of
+// the superslab, so taking whichever came first made the first thread of a new generation
+// adopt superslab after superslab for one class after another, with all their pages of the
+// other classes, while the threads after it found none left and cut fresh pages
+// (docs/allocator.md, "Adoption").
+#define HAK_ADOPT_SCAN 256
+hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged) {
     // The hint first, here too: every refill the heap cannot serve asks (no call when empty).
     if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
-    hak_superslab *ss = pop_abandoned();
-    if (ss) hak_stat_add(ss_os, adopt, 1);
+    unsigned kind = hak_class_kind[cls], affinity = hak_os_class_affinity(cls);
+    pthread_mutex_lock(&abandoned_lock);
+    hak_superslab *ss = NULL, *with_slot = NULL;
+    unsigned n = 0;
+    for (hak_superslab *s = abandoned_first; s && n < HAK_ADOPT_SCAN; s = s->next, n++) {
+        if (serves(s, cls) || (merged != cls && serves(s, merged))) {
+            ss = s;
+            break;
+        }
+        if (!with_slot && s->page_kind == kind && s->affinity == affinity && s->free_page_mask)
+            with_slot = s;
+    }
+    if (!ss) ss = with_slot;
+    if (ss) {
+        unlink_abandoned(ss);
+        hak_stat_add(ss_os, adopt, 1);
+    }
+    pthread_mutex_unlock(&abandoned_lock);
     return ss;
 }
 

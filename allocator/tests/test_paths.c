@@ -122,11 +122,6 @@ static void remote_refill(size_t size, size_t count) {
 }
 
 #ifndef HAKTEST_PREFIXED_API // ASan's shadow memory would swamp the resident figure
-static bool env_is(const char *name, const char *value) {
-    const char *v = getenv(name);
-    return v && strcmp(v, value) == 0;
-}
-
 // BALANCED's promise: after a burst of small blocks is freed, the memory goes back.
 static void lean_burst(void) {
     enum { BLOCK = 512 };

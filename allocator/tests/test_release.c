@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -295,6 +296,73 @@ static void test_large_spans_from_chunks(void) {
     CHECK(neighbours >= COUNT - 1 - 4); // a new chunk every ~100 of them; a few cache hits
 }
 
+// Under the lean policy every size class has superslabs of its own, so a thread that adopts what
+// an exited thread left for one class takes no pages of another: a third thread then finds the
+// exited thread's pages of that other class (its free blocks beside the survivors), where with
+// shared superslabs the first adopter would hold them and the third would cut a fresh page.
+enum { ADOPT_N = 40 };
+static const size_t adopt_sizes[2] = {1536, 3584};
+static void *adopt_kept[2][ADOPT_N];
+static atomic_int adopt_stage;
+static uintptr_t adopt_third_block;
+
+static void *adopt_leaver(void *arg) {
+    (void)arg;
+    void *blocks[2][ADOPT_N];
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < ADOPT_N; i++)
+            blocks[c][i] = malloc(adopt_sizes[c]);
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < ADOPT_N; i++) {
+            if (i % 4 == 0)
+                adopt_kept[c][i] = blocks[c][i];
+            else
+                free(blocks[c][i]);
+        }
+    return NULL;
+}
+
+static void *adopt_first(void *arg) {
+    (void)arg;
+    void *p = malloc(adopt_sizes[0]); // adopts the leaver's pages of 1536 B
+    atomic_store(&adopt_stage, 1);
+    while (atomic_load(&adopt_stage) != 2)
+        sched_yield();
+    free(p);
+    return NULL;
+}
+
+static void *adopt_third(void *arg) {
+    (void)arg;
+    void *p = malloc(adopt_sizes[1]);
+    adopt_third_block = (uintptr_t)p;
+    free(p);
+    return NULL;
+}
+
+static void test_lean_adoption_per_class(void) {
+    pthread_t leaver, first, third;
+    CHECK(pthread_create(&leaver, NULL, adopt_leaver, NULL) == 0);
+    CHECK(pthread_join(leaver, NULL) == 0);
+    CHECK(pthread_create(&first, NULL, adopt_first, NULL) == 0);
+    while (atomic_load(&adopt_stage) != 1)
+        sched_yield();
+    CHECK(pthread_create(&third, NULL, adopt_third, NULL) == 0);
+    CHECK(pthread_join(third, NULL) == 0);
+    atomic_store(&adopt_stage, 2);
+    CHECK(pthread_join(first, NULL) == 0);
+    int beside = 0;
+    for (int i = 0; i < ADOPT_N; i += 4)
+        beside |= ((uintptr_t)adopt_kept[1][i] >> 16) == (adopt_third_block >> 16);
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < ADOPT_N; i += 4)
+            free(adopt_kept[c][i]);
+    printf("3584 B block of a third thread, while another holds the exited thread's 1536 B "
+           "pages: %s the exited thread's survivors\n",
+           beside ? "beside" : "not beside");
+    if (allocator_is_hakmem() && env_is("HAKMEM_SS_MEM_LEAN", "1")) CHECK(beside);
+}
+
 static pthread_key_t destructor_key;
 static atomic_int destructor_runs;
 
@@ -538,6 +606,7 @@ int main(void) {
     // each) may otherwise fill its 32 MiB, and these regions would be unmapped at once.
     test_large_cache_purged_after_delay();
     test_merged_classes_split();
+    test_lean_adoption_per_class();
     test_large_spans_from_chunks();
     test_size_classes();
     test_usable_size();

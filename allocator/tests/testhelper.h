@@ -96,6 +96,12 @@ static inline uint64_t test_random_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+// Whether environment variable `name` is set to `value`.
+static inline bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
+
 // Whether resident-memory bounds say anything about the allocator: under ThreadSanitizer the
 // process's resident set is mostly the sanitizer's shadow memory, which grows with every
 // address and thread the program touches.
