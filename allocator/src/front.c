@@ -42,6 +42,7 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
     page->next = NULL;
     hak_page_set_local_owner(page, heap);
     hak_page_collect(page);
+    if (!page->free && page->has_purged) hak_page_restore_purged(page);
     hak_assert(page->free != NULL); // every carved block is free
     hak_heap_install_page(heap, page);
     return page;

@@ -208,7 +208,8 @@ int hak_heap_adopt(hak_heap *heap, unsigned cls) {
         hak_page_collect(page);
         if (page->used == 0) {
             hak_superslab_page_free(ss, page);
-        } else if (page->free || page->reserved < page->capacity || !park_full(heap, page)) {
+        } else if (page->free || page->has_purged || page->reserved < page->capacity ||
+                   !park_full(heap, page)) {
             queue_push_back(&heap->queue[page->class_idx], page);
             if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
             hak_heap_unmerge(heap, page->class_idx); // a page of it with room: serve it again
@@ -368,6 +369,7 @@ hak_heap *hak_heap_create(void) {
         heaps_chunk_left = heaps_chunk_left >= step ? heaps_chunk_left - step : 0;
     }
     memset(heap, 0, sizeof *heap);
+    hak_os_idle_tick(heap); // sets its countdown (nothing to purge yet)
     for (unsigned c = 0; c <= HAK_CLASS_NONE; c++)
         heap->direct[c] = &hak_page_empty;
     for (size_t n = 0; n <= HAK_TINY_MAX; n++)

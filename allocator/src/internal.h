@@ -7,7 +7,7 @@
 //              is 4 KiB shorter because the header sits in front of it. The registry byte of
 //              its 2 MiB says the kind, so free() finds the descriptor by shift and mask. A
 //              superslab is owned by one heap (thread); all its pages belong to that heap.
-//              Under the lean policy its pages are all of one size class (its affinity).
+//              Under the lean policy its pages are all of one group of classes (its affinity).
 //   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
@@ -114,6 +114,9 @@ typedef struct hak_page {
     uint8_t class_idx;
     uint8_t in_use;  // assigned to a class (else a free slot of its superslab)
     uint8_t in_full; // on the owner's full list
+    // Medium pages under the lean policy: some free blocks are purged, on no list, and marked in
+    // their superslab's purged_blocks (hak_page_purge_idle_blocks).
+    uint8_t has_purged;
 } hak_page;
 
 _Static_assert(sizeof(hak_page) == 64, "page descriptors are indexed by shift");
@@ -140,9 +143,12 @@ typedef struct hak_superslab {
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
     uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
-    // The one size class its pages serve (the lean policy: hak_os_class_affinity), or
+    // The group of size classes its pages serve (the lean policy: hak_os_class_affinity), or
     // HAK_AFFINITY_ANY.
     uint8_t affinity;
+    // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
+    // word i: block j of page i is free, purged whole and on no free list (see page.c).
+    uint64_t purged_blocks[HAK_SS_SIZE >> HAK_KIND_MEDIUM_SHIFT];
 } hak_superslab;
 
 #define HAK_AFFINITY_ANY 0xff
@@ -204,6 +210,9 @@ typedef struct hak_heap {
     uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
     uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; os.c)
     uint32_t purge_checks;    // slot frees since the deadlines were last checked (os.c)
+    // Allocation slow paths until the lean policy next purges idle medium blocks (os.c; 0 under
+    // speed-first: it wraps around and comes back after 2^32).
+    uint32_t idle_countdown;
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
@@ -349,6 +358,8 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
 void hak_page_purge_free_blocks(const hak_page *page);
+void hak_page_purge_idle_blocks(hak_page *page, unsigned keep);
+void hak_page_restore_purged(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 // The same, with the common case inline: no flag set (the page is not on its owner's full
 // list), one CAS. A flag sends the chain to hak_page_free_remote.
@@ -433,9 +444,12 @@ static inline void hak_heap_free_delayed(hak_heap *heap) {
 void hak_heap_sweep(hak_heap *heap);
 
 // What every front's alloc_slow does first: the blocks other threads freed into its full
-// pages come back (as owner frees, which moves those pages back to their queues).
+// pages come back (as owner frees, which moves those pages back to their queues); and every
+// so many, the lean policy's purge of idle medium blocks (hak_os_idle_tick).
+void hak_os_idle_tick(hak_heap *heap);
 static inline void hak_heap_slow_entry(hak_heap *heap) {
     hak_heap_free_delayed(heap);
+    if (HAK_UNLIKELY(--heap->idle_countdown == 0)) hak_os_idle_tick(heap);
 }
 
 void hak_heap_split_class(hak_heap *heap, unsigned small);
@@ -467,6 +481,7 @@ static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32
     for (hak_page *page = q->first; page; page = next) {
         next = page->next;
         hak_page_collect(page);
+        if (!page->free && page->has_purged) hak_page_restore_purged(page);
         if (page->free) {
             found = page;
             break;

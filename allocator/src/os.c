@@ -200,14 +200,37 @@ void hak_os_superslab_abandoned(hak_superslab *ss) {
 }
 
 // Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
-// every size class superslabs of its own, so that an adopter (hak_heap_adopt) takes over the
-// pages of the class it needs, not 31 pages of other classes with them. With pages shared
-// between classes, bench_churn's new threads adopted the superslabs of the exited ones unevenly
-// and cut fresh pages while the others held the free blocks: 917 fresh pages in a run, 823 of
-// them while other heaps had free blocks of the class. Speed-first shares superslabs between
-// classes: fewer superslabs to map and to warm up (docs/allocator.md, "Adoption").
+// every group of classes (C0..C7, M0..M7: the route masks' groups) superslabs of its own, so
+// that an adopter (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages
+// of any other sizes with them. With pages shared by all classes, bench_churn's new threads
+// adopted the superslabs of the exited ones unevenly and cut fresh pages while the others held
+// the free blocks: 917 fresh pages in a run, 823 of them while other heaps had free blocks of
+// the class. One superslab per class did as well for memory but cost bench_larson (a thread
+// per generation, 28 classes) a quarter of its speed: each new thread cut a page in a
+// superslab of each class, and the free-list heads it pops sat in as many more header pages
+// and cache lines. Speed-first shares superslabs between all classes (docs/allocator.md,
+// "Adoption").
 unsigned hak_os_class_affinity(unsigned cls) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] ? cls : HAK_AFFINITY_ANY;
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
+}
+
+// The lean policy's purge of idle medium blocks: every HAK_IDLE_TICK_EVERY allocation slow paths
+// of a heap, the free blocks of its medium pages (10-32 KiB under this policy) beyond the
+// HAK_IDLE_KEEP most recently freed of each page give all their memory back
+// (hak_page_purge_idle_blocks). A heap's live set of such blocks breathes, per class, over a
+// few blocks of one page; what it held at its highest stayed resident, per class and per
+// thread: bench_churn under BALANCED, at its peak, held 8.5 MiB of medium pages for 4.8 MiB of
+// live blocks. Speed-first keeps them (its countdown wraps around: 2^32 slow paths).
+#define HAK_IDLE_TICK_EVERY 256
+#define HAK_IDLE_KEEP       4
+void hak_os_idle_tick(hak_heap *heap) {
+    heap->idle_countdown = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_IDLE_TICK_EVERY : 0;
+    if (!hak_option[HAK_OPT_SS_MEM_LEAN]) return;
+    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
+        if (hak_class_kind[cls] != HAK_KIND_MEDIUM) continue;
+        for (hak_page *page = heap->queue[cls].first; page; page = page->next)
+            if (page->free || page->local_free) hak_page_purge_idle_blocks(page, HAK_IDLE_KEEP);
+    }
 }
 
 // A page left with live blocks by an exiting thread. Under the lean policy its free blocks of

@@ -25,6 +25,8 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     page->free = page->local_free = NULL;
     page->in_use = 1;
     page->in_full = 0;
+    page->has_purged = 0;
+    if (ss->page_kind == HAK_KIND_MEDIUM) ss->purged_blocks[index] = 0;
     page->next = page->prev = NULL;
     hak_page_set_local_owner(page, heap);
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
@@ -117,6 +119,74 @@ void hak_page_purge_free_blocks(const hak_page *page) {
     errno = saved;
 }
 
+// Medium pages: the superslab's word of purged blocks of this page.
+static uint64_t *purged_bits(const hak_page *page) {
+    hak_superslab *ss = hak_superslab_of_page(page);
+    hak_assert(ss->page_kind == HAK_KIND_MEDIUM);
+    return &ss->purged_blocks[page - ss->pages];
+}
+
+// The lean policy's purge of idle blocks (medium pages, owner only; os.c decides when): the free
+// blocks past the first `keep` of `free` and then `local_free` (the most recently freed, which
+// the next mallocs take) give their whole OS pages back and leave the lists; a bit per block in
+// the superslab header remembers them (a purged block can hold no link: its memory reads as
+// zero). They come back a few at a time when the lists run dry (hak_page_restore_purged).
+// Unlike the purge at thread exit, which keeps each block's first OS page for its link, this
+// returns all of a 10-32 KiB block but the OS pages it shares with its neighbours.
+#define HAK_RESTORE_STEP 4
+static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int32_t *left) {
+    hak_block *b = *list, *last_kept = NULL;
+    unsigned kept = 0;
+    for (; b && kept<keep && * left> 0; kept++, (*left)--) {
+        last_kept = b;
+        b = b->next;
+    }
+    if (!b || *left <= 0) return kept;
+    uint64_t *bits = purged_bits(page);
+    uintptr_t start = (uintptr_t)hak_page_start(page), os_mask = HAK_OS_PAGE_SIZE - 1;
+    uint32_t size = page->block_size;
+    for (hak_block *next; b && *left > 0; b = next, (*left)--) {
+        next = b->next; // before the madvise: the link may lie in a page it drops
+        uintptr_t lo = ((uintptr_t)b + os_mask) & ~os_mask, hi = ((uintptr_t)b + size) & ~os_mask;
+        if (hi > lo) {
+            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+            hak_stat_add(ss_os, madvise, 1);
+            hak_stat_add(ss_os, block_purge_kb, (hi - lo) / 1024);
+        }
+        *bits |= (uint64_t)1 << (((uintptr_t)b - start) / size);
+    }
+    if (last_kept)
+        last_kept->next = NULL;
+    else
+        *list = NULL;
+    page->has_purged = 1;
+    return kept;
+}
+
+void hak_page_purge_idle_blocks(hak_page *page, unsigned keep) {
+    if (hak_superslab_of_page(page)->huge) return;
+    int32_t left = (int32_t)page->reserved - page->used; // bounds lists a double free looped
+    int saved = errno;
+    keep -= purge_list(page, &page->free, keep, &left);
+    purge_list(page, &page->local_free, keep, &left);
+    errno = saved;
+}
+
+// Puts up to HAK_RESTORE_STEP purged blocks back on `free` (owner only): each is written (its
+// link) and so faults in again; the others stay purged until needed.
+void hak_page_restore_purged(hak_page *page) {
+    uint64_t *bits = purged_bits(page);
+    char *start = hak_page_start(page);
+    for (unsigned n = 0; *bits && n < HAK_RESTORE_STEP; n++) {
+        unsigned j = (unsigned)__builtin_ctzll(*bits);
+        *bits &= *bits - 1;
+        hak_block *block = (hak_block *)(start + (size_t)j * page->block_size);
+        block->next = page->free;
+        page->free = block;
+    }
+    page->has_purged = *bits != 0;
+}
+
 #ifdef HAK_DEBUG
 void hak_page_check_link(const hak_page *page, const hak_block *block) {
     const hak_block *next = block->next;
@@ -132,13 +202,16 @@ void hak_page_verify_empty(const hak_page *page) {
     uintptr_t start = (uintptr_t)hak_page_start(page);
     uint32_t size = page->block_size, reserved = page->reserved, count = 0;
     uintptr_t carved = (uintptr_t)reserved * size; // no block lies beyond what was carved
+    uint64_t purged = page->has_purged ? *purged_bits(page) : 0; // free, on no list
     const hak_block *lists[2] = {page->free, page->local_free};
     for (int l = 0; l < 2; l++)
         for (const hak_block *b = lists[l]; b; b = b->next) {
             uintptr_t offset = (uintptr_t)b - start;
-            if (++count > reserved || offset >= carved || (uint32_t)offset % size)
+            if (++count > reserved || offset >= carved || (uint32_t)offset % size ||
+                (purged && (purged >> (offset / size) & 1)))
                 hak_fatal_pointer("free", "double free or invalid pointer in the page of", b);
         }
+    count += (uint32_t)__builtin_popcountll(purged);
     if (count != page->reserved)
         hak_fatal_pointer("free", "double free or invalid pointer in the page of",
                           hak_page_start(page));
@@ -195,6 +268,11 @@ void hak_page_clear_full(hak_page *page) {
 
 // Debug: is `block` already on one of the owner's free lists? (the full double-free check)
 int hak_page_has_free_block(const hak_page *page, const hak_block *block) {
+    if (page->has_purged &&
+        (*purged_bits(page) >>
+             (((uintptr_t)block - (uintptr_t)hak_page_start(page)) / page->block_size) &
+         1))
+        return 1;
     for (const hak_block *b = page->free; b; b = b->next)
         if (b == block) return 1;
     for (const hak_block *b = page->local_free; b; b = b->next)

@@ -82,11 +82,16 @@ void hak_superslab_release(hak_superslab *ss) {
 
 // Prefers a slot whose memory is still resident (freed, not purged yet): no page faults, and
 // the speed-first policy purges fewer slots (it purges what stayed resident beyond
-// HAK_DIRTY_SLOTS_MAX free slots for HAK_PURGE_DELAY_NS, see os.c).
+// HAK_DIRTY_SLOTS_MAX free slots for HAK_PURGE_DELAY_NS, see os.c). Among those, the first at
+// or after a start that a superslab of a group of classes takes from its group: every header
+// sits at a multiple of 2 MiB, so the descriptors of each group's first page would otherwise
+// share one set of every cache level, and their pages' first blocks another.
 hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
-    uint32_t warm = ss->free_page_mask & ss->dirty_mask;
-    unsigned i = (unsigned)__builtin_ctz(warm ? warm : ss->free_page_mask);
+    uint32_t warm = ss->free_page_mask & ss->dirty_mask, mask = warm ? warm : ss->free_page_mask;
+    unsigned start = ss->affinity == HAK_AFFINITY_ANY ? 0 : ss->affinity % ss->page_count;
+    uint32_t from_start = mask & ~((1u << start) - 1);
+    unsigned i = (unsigned)__builtin_ctz(from_start ? from_start : mask);
     ss->free_page_mask &= ~(1u << i);
     ss->dirty_mask &= ~(1u << i);
     ss->pages_in_use++;
@@ -101,6 +106,8 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
     hak_page_set_local_owner(page, NULL);
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
     page->free = page->local_free = NULL;
+    page->has_purged = 0;
+    if (ss->page_kind == HAK_KIND_MEDIUM) ss->purged_blocks[i] = 0;
     ss->free_page_mask |= 1u << i;
     ss->dirty_mask |= 1u << i;
     ss->pages_in_use--;

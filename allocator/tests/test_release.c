@@ -564,10 +564,10 @@ static void *leave_survivors(void *arg) {
     return NULL;
 }
 
-// Resident OS pages wholly inside [p + 16, p + size).
-static unsigned resident_inside(unsigned char *p, size_t size) {
+// Resident OS pages wholly inside [p + skip, p + size).
+static unsigned resident_inside(unsigned char *p, size_t skip, size_t size) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t start = ((uintptr_t)p + 16 + page - 1) & ~(page - 1);
+    uintptr_t start = ((uintptr_t)p + skip + page - 1) & ~(page - 1);
     uintptr_t end = ((uintptr_t)p + size) & ~(page - 1);
     unsigned char vec[64];
     size_t n = (end - start) / page;
@@ -588,7 +588,7 @@ static void test_lean_abandoned_free_blocks_released(void) {
     pthread_join(thread, NULL);
     unsigned resident = 0, pages = 0;
     for (unsigned i = 0; i < abandon_nfreed; i++) {
-        resident += resident_inside(abandon_freed[i], ABANDON_SIZE);
+        resident += resident_inside(abandon_freed[i], 16, ABANDON_SIZE);
         pages += (unsigned)((ABANDON_SIZE - 16) / 4096);
     }
     printf("%s: %u free 24 KiB blocks beside live ones after their thread exited: %u of ~%u OS "
@@ -598,6 +598,84 @@ static void test_lean_abandoned_free_blocks_released(void) {
     if (is_lean) CHECK(resident == 0); // speed-first keeps them warm for the adopter
     for (unsigned i = 0; i < ABANDON_BLOCKS; i++)
         free(abandon_survivors[i]);
+}
+
+// Lean policy: free medium blocks (10-32 KiB) that stay free while their thread goes on give all
+// their memory back (the most recently freed few stay warm), and come back intact when needed.
+enum { IDLE_BLOCKS = 20, IDLE_SIZE = 24 * 1024 }; // one 512 KiB page of them
+
+static void *idle_blocks_thread(void *arg) {
+    int is_lean = *(int *)arg;
+    unsigned char *blocks[IDLE_BLOCKS];
+    for (int i = 0; i < IDLE_BLOCKS; i++) {
+        blocks[i] = malloc(IDLE_SIZE);
+        if (!CHECK(blocks[i] != NULL)) return NULL;
+        memset(blocks[i], 0x3c, IDLE_SIZE);
+    }
+    for (int i = 0; i < IDLE_BLOCKS - 2; i++)
+        free(blocks[i]);
+    // Allocation slow paths of another class (a 64 B block page carves 64 at a time): the lean
+    // policy looks at its idle medium blocks every few hundred.
+    enum { SMALL = 24000 };
+    void **small = malloc(SMALL * sizeof *small);
+    for (int i = 0; i < SMALL; i++)
+        small[i] = malloc(64);
+    // Resident blocks per 512 KiB page (an earlier test's thread may have left a page of
+    // 24 KiB blocks that this thread adopted: some blocks come from there).
+    unsigned resident = 0, pages = 0, worst_page = 0;
+    for (int i = 0; i < IDLE_BLOCKS - 2; i++) {
+        unsigned in_page = 0;
+        for (int j = 0; j < IDLE_BLOCKS - 2; j++)
+            if (((uintptr_t)blocks[j] >> 19) == ((uintptr_t)blocks[i] >> 19))
+                in_page += resident_inside(blocks[j], 0, IDLE_SIZE) > 0;
+        if (in_page > worst_page) worst_page = in_page;
+        resident += resident_inside(blocks[i], 0, IDLE_SIZE);
+        pages += IDLE_SIZE / 4096;
+    }
+    // They come back: handed out again from the same pages, each once, holding what is
+    // written into it.
+    unsigned char *again[IDLE_BLOCKS - 2];
+    int same_pages = 1, distinct = 1;
+    for (int i = 0; i < IDLE_BLOCKS - 2; i++) {
+        again[i] = malloc(IDLE_SIZE);
+        if (!CHECK(again[i] != NULL)) return NULL;
+        memset(again[i], i, IDLE_SIZE);
+        int found = 0;
+        for (int j = 0; j < IDLE_BLOCKS; j++)
+            found |= ((uintptr_t)again[i] >> 19) == ((uintptr_t)blocks[j] >> 19);
+        same_pages &= found;
+        for (int j = 0; j < i; j++)
+            distinct &= again[i] != again[j];
+    }
+    int intact = 1;
+    for (int i = 0; i < IDLE_BLOCKS - 2; i++)
+        intact &= again[i][0] == (unsigned char)i && again[i][IDLE_SIZE - 1] == (unsigned char)i;
+    printf("%s: %d free 24 KiB blocks while their thread allocates on: %u of %u OS pages "
+           "resident, at most %u blocks in a page; handed out again from the same pages: %s\n",
+           is_lean ? "lean" : "speed-first", IDLE_BLOCKS - 2, resident, pages, worst_page,
+           same_pages ? "yes" : "no");
+    CHECK(distinct && intact);
+    if (allocator_is_hakmem()) CHECK(same_pages);
+    // The four most recently freed of each page stay (HAK_IDLE_KEEP, os.c).
+    if (allocator_is_hakmem() && is_lean) CHECK(worst_page <= 4 && resident < pages / 2);
+    for (int i = 0; i < IDLE_BLOCKS - 2; i++)
+        free(again[i]);
+    for (int i = IDLE_BLOCKS - 2; i < IDLE_BLOCKS; i++)
+        free(blocks[i]);
+    for (int i = 0; i < SMALL; i++)
+        free(small[i]);
+    free(small);
+    return NULL;
+}
+
+static void test_lean_idle_medium_blocks_released(void) {
+    int is_lean = env_is("HAKMEM_SS_MEM_LEAN", "1");
+    if (!allocator_is_hakmem() || !resident_bounds_apply() ||
+        env_is("HAKMEM_SMALL_HEAP_V3_ENABLED", "0")) // 24 KiB blocks on 64 KiB pages then
+        return;
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, idle_blocks_thread, &is_lean) == 0)) return;
+    pthread_join(thread, NULL);
 }
 
 int main(void) {
@@ -621,5 +699,6 @@ int main(void) {
     test_lean_large_cache_trimmed_at_thread_exit();
     test_lean_reused_region_tail_released();
     test_lean_abandoned_free_blocks_released();
+    test_lean_idle_medium_blocks_released();
     return test_summary();
 }
