@@ -213,6 +213,8 @@ typedef struct hak_heap {
     // Allocation slow paths until the lean policy next purges idle medium blocks (os.c; 0 under
     // speed-first: it wraps around and comes back after 2^32).
     uint32_t idle_countdown;
+    uint32_t idle_epoch;   // passes so far (their marks differ)
+    uint64_t idle_last_ns; // when the last pass was
     struct hak_heap *next_live, *prev_live;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
@@ -358,7 +360,8 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
 void hak_page_purge_free_blocks(const hak_page *page);
-void hak_page_purge_idle_blocks(hak_page *page, unsigned keep);
+void hak_page_purge_idle_blocks(hak_page *page, unsigned keep, uintptr_t mark,
+                                uintptr_t marked_before);
 void hak_page_restore_purged(hak_page *page);
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 // The same, with the common case inline: no flag set (the page is not on its owner's full

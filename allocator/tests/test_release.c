@@ -614,12 +614,16 @@ static void *idle_blocks_thread(void *arg) {
     }
     for (int i = 0; i < IDLE_BLOCKS - 2; i++)
         free(blocks[i]);
-    // Allocation slow paths of another class (a 64 B block page carves 64 at a time): the lean
-    // policy looks at its idle medium blocks every few hundred.
-    enum { SMALL = 24000 };
+    // Allocation slow paths of another class (a 64 B block page carves 64 at a time): every 256
+    // the lean policy reads the clock, and 10 ms after its last look at the idle medium blocks
+    // it looks again: it marks those it finds, and purges those it had marked.
+    enum { SMALL = 60000 };
     void **small = malloc(SMALL * sizeof *small);
-    for (int i = 0; i < SMALL; i++)
-        small[i] = malloc(64);
+    for (int round = 0; round < 3; round++) {
+        usleep(25 * 1000);
+        for (int i = round * SMALL / 3; i < (round + 1) * SMALL / 3; i++)
+            small[i] = malloc(64);
+    }
     // Resident blocks per 512 KiB page (an earlier test's thread may have left a page of
     // 24 KiB blocks that this thread adopted: some blocks come from there).
     unsigned resident = 0, pages = 0, worst_page = 0;
