@@ -214,17 +214,17 @@ unsigned hak_os_class_affinity(unsigned cls) {
     return hak_option[HAK_OPT_SS_MEM_LEAN] ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
 }
 
-// The lean policy's purge of idle medium blocks: every HAK_IDLE_TICK_EVERY allocation slow paths
-// a heap reads the coarse clock, and once HAK_IDLE_NS have passed since its last pass, the free
-// blocks of its medium pages (10-32 KiB under this policy) beyond the HAK_IDLE_KEEP most
-// recently freed of each page that were free there at the last pass already give all their
-// memory back; the others are marked for the next (hak_page_purge_idle_blocks). So a block
-// goes back once it has been free for HAK_IDLE_NS to 2 HAK_IDLE_NS. Passes every 256 slow
-// paths without the clock made mid_large_mt1 (4 ms of a steady live set of 8-32 KiB blocks)
-// 13 % slower for 20 % more page faults. A heap's live set of such blocks breathes, per class, over
-// a few blocks of one page; what it held at its highest stayed resident, per class and per thread:
-// bench_churn under BALANCED, at its peak, held 8.5 MiB of medium pages for 4.8 MiB of live blocks.
-// Speed-first keeps them (its countdown wraps around: 2^32 slow paths).
+// The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,
+// per class, over a few blocks of one 512 KiB page, and what it held at its highest stayed
+// resident, per class and per thread: bench_churn under BALANCED, at its peak, held 8.5 MiB of
+// medium pages for 4.8 MiB of live blocks. So every HAK_IDLE_TICK_EVERY allocation slow paths a
+// heap reads the coarse clock, and once HAK_IDLE_NS have passed since its last pass, the free
+// blocks of its medium pages beyond the HAK_IDLE_KEEP most recently freed of each page that
+// were free there at the last pass already give all their memory back; the others are marked
+// for the next (hak_page_purge_idle_blocks). A block goes back once it has been free for
+// HAK_IDLE_NS to 2 HAK_IDLE_NS. Passes every 256 slow paths without the clock made
+// mid_large_mt1 (4 ms of a steady live set of 8-32 KiB blocks) 13 % slower for 20 % more page
+// faults. Speed-first keeps them (its countdown wraps around: 2^32 slow paths).
 #define HAK_IDLE_TICK_EVERY 256
 #define HAK_IDLE_KEEP       4
 #define HAK_IDLE_NS         (10u * 1000u * 1000u)

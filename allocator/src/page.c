@@ -142,8 +142,11 @@ static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int3
                            uintptr_t mark, uintptr_t marked_before) {
     hak_block **link = list;
     unsigned kept = 0;
-    for (; *link && kept<keep && * left> 0; kept++, (*left)--)
+    while (*link && *left > 0 && kept < keep) {
         link = &(*link)->next;
+        kept++;
+        (*left)--;
+    }
     uint64_t *bits = purged_bits(page);
     uintptr_t start = (uintptr_t)hak_page_start(page), os_mask = HAK_OS_PAGE_SIZE - 1;
     uint32_t size = page->block_size;
