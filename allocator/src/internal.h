@@ -7,7 +7,7 @@
 //              is 4 KiB shorter because the header sits in front of it. The registry byte of
 //              its 2 MiB says the kind, so free() finds the descriptor by shift and mask. A
 //              superslab is owned by one heap (thread); all its pages belong to that heap.
-//              Its pages are all of one group of size classes (its affinity).
+//              Under the lean policy its pages are all of one group of classes (its affinity).
 //   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
@@ -143,12 +143,15 @@ typedef struct hak_superslab {
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
     uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
-    // The group of size classes its pages serve (hak_os_class_affinity).
+    // The group of size classes its pages serve (the lean policy: hak_os_class_affinity), or
+    // HAK_AFFINITY_ANY.
     uint8_t affinity;
     // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
     // word i: block j of page i is free, purged whole and on no free list (see page.c).
     uint64_t purged_blocks[HAK_SS_SIZE >> HAK_KIND_MEDIUM_SHIFT];
 } hak_superslab;
+
+#define HAK_AFFINITY_ANY 0xff
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
 

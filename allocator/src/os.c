@@ -199,20 +199,19 @@ void hak_os_superslab_abandoned(hak_superslab *ss) {
     ss->purge_due_ns = 0;
 }
 
-// Which superslabs a page of `cls` may come from (hak_superslab.affinity): every group of classes
-// (C0..C7, M0..M7: the route masks' groups) has superslabs of its own, so that an adopter
-// (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages of any other
-// sizes with them. With pages shared by all classes, bench_churn's new threads adopted the
-// superslabs of the exited ones unevenly and cut fresh pages while the others held the free
-// blocks: 917 fresh pages in a run, 823 of them while other heaps had free blocks of the class
-// (BALANCED). One superslab per class did as well for memory but cost bench_larson (a thread
+// Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
+// every group of classes (C0..C7, M0..M7: the route masks' groups) superslabs of its own, so
+// that an adopter (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages
+// of any other sizes with them. With pages shared by all classes, bench_churn's new threads
+// adopted the superslabs of the exited ones unevenly and cut fresh pages while the others held
+// the free blocks: 917 fresh pages in a run, 823 of them while other heaps had free blocks of
+// the class. One superslab per class did as well for memory but cost bench_larson (a thread
 // per generation, 28 classes) a quarter of its speed: each new thread cut a page in a
 // superslab of each class, and the free-list heads it pops sat in as many more header pages
-// and cache lines. First built for the lean policy only; under speed-first too it took
-// bench_churn's page faults from 20-22k to 16-18k and its peak RSS from 68-71 to 55-56 MiB
-// (docs/allocator.md, "Adoption").
+// and cache lines. Speed-first shares superslabs between all classes (docs/allocator.md,
+// "Adoption").
 unsigned hak_os_class_affinity(unsigned cls) {
-    return hak_class_group_bit(cls);
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
 }
 
 // The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,

@@ -57,7 +57,7 @@ static const uint8_t kind_shift[HAK_KIND_COUNT] = {HAK_PAGE_SHIFT, HAK_KIND_MEDI
 static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MEDIUM, HAK_REG_BIG};
 
 // An empty superslab cut into pages of `page_kind`, its registry byte saying so, for the pages
-// of the classes of group `affinity` only (hak_os_class_affinity).
+// of class `affinity` only (or HAK_AFFINITY_ANY).
 hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigned affinity) {
     hak_superslab *ss = hak_os_superslab_get();
     if (!ss) return NULL;
@@ -89,7 +89,7 @@ void hak_superslab_release(hak_superslab *ss) {
 hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
     uint32_t warm = ss->free_page_mask & ss->dirty_mask, mask = warm ? warm : ss->free_page_mask;
-    unsigned start = ss->affinity % ss->page_count;
+    unsigned start = ss->affinity == HAK_AFFINITY_ANY ? 0 : ss->affinity % ss->page_count;
     uint32_t from_start = mask & ~((1u << start) - 1);
     unsigned i = (unsigned)__builtin_ctz(from_start ? from_start : mask);
     ss->free_page_mask &= ~(1u << i);
