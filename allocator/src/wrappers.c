@@ -122,9 +122,8 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
     uintptr_t a = (uintptr_t)p;
     uintptr_t chunk = a >> HAK_SS_SHIFT;
     if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
-        // A plain byte read, so the compare takes its operand from memory: the byte of a chunk
-        // this pointer can be in changes only while no live block of ours is there.
-        if (HAK_LIKELY(((const uint8_t *)hak_registry)[chunk] == HAK_REG_SMALL)) {
+        // HAK_REGISTRY_PEEK: a plain byte read (internal.h).
+        if (HAK_LIKELY(HAK_REGISTRY_PEEK(chunk) == HAK_REG_SMALL)) {
             // Small pages (64 KiB): the descriptor index is address bits 16-20.
             hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 10) & 0x7c0));
             if (HAK_LIKELY(free_fast(page, p, 0))) return;
@@ -135,7 +134,7 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
         // after a compiler barrier, so that the small-page test above stays one compare against
         // memory instead of a load into a register shared with this one.
         __asm__ volatile("" ::: "memory");
-        if (((const uint8_t *)hak_registry)[chunk] == HAK_REG_MEDIUM) {
+        if (HAK_REGISTRY_PEEK(chunk) == HAK_REG_MEDIUM) {
             hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0));
             if (HAK_LIKELY(free_fast(page, p, 1))) return;
             free_miss(p, page, hak_tls_heap, HAK_SS_SIZE / 4 - 1);
