@@ -141,10 +141,8 @@ static void decommit(hak_superslab *ss) {
 // keeps a cached superslab resident for HAK_PURGE_DELAY_NS (a heap that empties and refills
 // one reuses it warm) and decommits it after that (hak_os_purge_due); the lean policy
 // decommits at once.
-static uint32_t slots_beyond_floor(const hak_superslab *ss);
 void hak_os_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
-    if (!hak_option[HAK_OPT_SS_MEM_LEAN] && slots_beyond_floor(ss)) hak_superslab_purge(ss);
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
@@ -214,7 +212,7 @@ void hak_os_superslab_abandoned(hak_superslab *ss) {
 // too, bench_churn ran 1.06x faster in 0.81 of the memory, but bench_larson 0.965x in 1.38x
 // its peak RSS (docs/allocator.md, "Adoption").
 unsigned hak_os_class_affinity(unsigned cls) {
-    return hak_class_group_bit(cls);
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
 }
 
 // The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,
