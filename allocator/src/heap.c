@@ -193,11 +193,7 @@ void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
 // or for the class merged into it here (hak_superslab_pop_abandoned): every page joins this
 // heap.
 int hak_heap_adopt(hak_heap *heap, unsigned cls) {
-    unsigned merged = cls > 0 && cls - 1 < HAK_TINY_CLASS_COUNT &&
-                              hak_class_merged_into[cls - 1] == cls &&
-                              heap->class_of_size[hak_class_block_size[cls - 1]] == cls
-                          ? cls - 1
-                          : cls;
+    unsigned merged = cls > 0 && hak_heap_is_merged(heap, cls - 1) ? cls - 1 : cls;
     hak_superslab *ss = hak_superslab_pop_abandoned(cls, merged);
     if (!ss) return 0;
     push_superslab(heap, ss);

@@ -469,12 +469,16 @@ static inline void hak_heap_slow_entry(hak_heap *heap) {
 
 void hak_heap_split_class(hak_heap *heap, unsigned small);
 
-// Gives class `cls` its own sizes back if it starts merged (hak_class_merged_into) and this
-// heap has not split it yet; otherwise nothing. Slow paths only.
+// Is class `cls`, which starts merged into the next (hak_class_merged_into), still served by
+// it in this heap? Slow paths only.
+static inline int hak_heap_is_merged(const hak_heap *heap, unsigned cls) {
+    return cls < HAK_TINY_CLASS_COUNT && hak_class_merged_into[cls] != cls &&
+           heap->class_of_size[hak_class_block_size[cls]] != cls;
+}
+
+// Gives class `cls` its own sizes back if this heap still serves them by the next class.
 static inline void hak_heap_unmerge(hak_heap *heap, unsigned cls) {
-    if (cls < HAK_TINY_CLASS_COUNT && hak_class_merged_into[cls] != cls &&
-        heap->class_of_size[hak_class_block_size[cls]] != cls)
-        hak_heap_split_class(heap, cls);
+    if (hak_heap_is_merged(heap, cls)) hak_heap_split_class(heap, cls);
 }
 
 // What every front does when its own lists cannot serve the refill, before it adopts or takes

@@ -57,7 +57,7 @@ static const uint8_t kind_shift[HAK_KIND_COUNT] = {HAK_PAGE_SHIFT, HAK_KIND_MEDI
 static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MEDIUM, HAK_REG_BIG};
 
 // An empty superslab cut into pages of `page_kind`, its registry byte saying so, for the pages
-// of class `affinity` only (or HAK_AFFINITY_ANY).
+// of the classes of group `affinity` only (or of any class: HAK_AFFINITY_ANY).
 hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigned affinity) {
     hak_superslab *ss = hak_os_superslab_get();
     if (!ss) return NULL;
@@ -154,9 +154,9 @@ void hak_superslab_abandon(hak_superslab *ss) {
 // superslab to the OS policy; one with live blocks goes back to the tail. The visitor holds a
 // popped superslab exclusively, as an adopter would, so it may collect its pages.
 void hak_superslab_reclaim_abandoned(unsigned visits) {
-    // And a sixteenth of the list: with many abandoned superslabs (a class's own each, under
-    // the lean policy) two visits now and then would leave most of those that the remote frees
-    // emptied mapped for long after.
+    // And a sixteenth of the list: with many abandoned superslabs (a group of classes' own
+    // each, under the lean policy) two visits now and then would leave most of those that the
+    // remote frees emptied mapped for long after.
     visits += (unsigned)(atomic_load_explicit(&abandoned_count, memory_order_relaxed) / 16);
     for (; visits; visits--) {
         hak_superslab *ss = pop_abandoned();
@@ -193,11 +193,15 @@ static int has_room_for(const hak_superslab *ss, unsigned cls) {
     return 0;
 }
 
-// Could a heap use this abandoned superslab for `cls`: of the class's page kind and affinity,
+// May pages of `cls` come from this superslab (its page kind and affinity)?
+static int takes_class(const hak_superslab *ss, unsigned cls) {
+    return ss->page_kind == hak_class_kind[cls] && ss->affinity == hak_os_class_affinity(cls);
+}
+
+// Could a heap use this abandoned superslab for `cls`: one it may take pages of `cls` from,
 // with a page of the class that has room?
 static int serves(const hak_superslab *ss, unsigned cls) {
-    return ss->page_kind == hak_class_kind[cls] && ss->affinity == hak_os_class_affinity(cls) &&
-           has_room_for(ss, cls);
+    return takes_class(ss, cls) && has_room_for(ss, cls);
 }
 
 // An abandoned superslab for a heap out of pages of `cls` (whose sizes include those of class
@@ -212,7 +216,6 @@ static int serves(const hak_superslab *ss, unsigned cls) {
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged) {
     // The hint first, here too: every refill the heap cannot serve asks (no call when empty).
     if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
-    unsigned kind = hak_class_kind[cls], affinity = hak_os_class_affinity(cls);
     pthread_mutex_lock(&abandoned_lock);
     hak_superslab *ss = NULL, *with_slot = NULL;
     unsigned n = 0;
@@ -221,8 +224,7 @@ hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged) {
             ss = s;
             break;
         }
-        if (!with_slot && s->page_kind == kind && s->affinity == affinity && s->free_page_mask)
-            with_slot = s;
+        if (!with_slot && s->free_page_mask && takes_class(s, cls)) with_slot = s;
     }
     if (!ss) ss = with_slot;
     if (ss) {
