@@ -357,7 +357,7 @@ void hak_os_superslab_put(hak_superslab *ss);
 void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
 void hak_os_page_abandoned(const hak_page *page);
-void hak_os_superslab_abandoned(hak_superslab *ss);
+void hak_os_superslab_unowned(hak_superslab *ss);
 unsigned hak_os_class_affinity(unsigned cls);
 void hak_os_fork_prepare(void);
 void hak_os_fork_parent(void);

@@ -191,12 +191,24 @@ static uint32_t slots_beyond_floor(const hak_superslab *ss) {
     return dirty;
 }
 
-// A superslab left by an exiting thread: no heap checks its deadline until it is adopted or
-// visited, so the floor applies now (lean: every resident free slot is purged; speed-first:
-// those beyond 4, the rest stay warm for the adopter).
-void hak_os_superslab_abandoned(hak_superslab *ss) {
-    if (slots_beyond_floor(ss)) hak_superslab_purge(ss);
-    ss->purge_due_ns = 0;
+// A superslab nobody owns (abandoned by an exiting thread, or visited on the abandoned list):
+// no heap checks its deadline, so one is set here and acted on here. The lean policy purges
+// every resident free slot at once. Speed-first gives the purge delay a chance, as in a live
+// heap: a thread of the next generation adopts the slots warm (bench_larson, a thread per
+// generation: 0.68x the page faults and 1.06x faster than purging those beyond the floor at
+// once), and the first abandonment or visit after the deadline purges those beyond the floor.
+void hak_os_superslab_unowned(hak_superslab *ss) {
+    if (!slots_beyond_floor(ss)) {
+        ss->purge_due_ns = 0;
+    } else if (hak_option[HAK_OPT_SS_MEM_LEAN]) {
+        hak_superslab_purge(ss);
+    } else {
+        uint64_t now = hak_coarse_now_ns();
+        if (!ss->purge_due_ns)
+            ss->purge_due_ns = now + HAK_PURGE_DELAY_NS;
+        else if (now >= ss->purge_due_ns)
+            hak_superslab_purge(ss);
+    }
 }
 
 // Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
@@ -263,8 +275,8 @@ void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
     if (!dirty) {
         ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
-    } else if (!ss->purge_due_ns) {
-        ss->purge_due_ns = hak_coarse_now_ns() + delay;
+    } else {
+        if (!ss->purge_due_ns) ss->purge_due_ns = hak_coarse_now_ns() + delay;
         if (!heap->purge_next_ns || ss->purge_due_ns < heap->purge_next_ns)
             heap->purge_next_ns = ss->purge_due_ns;
     }

@@ -141,8 +141,9 @@ void hak_superslab_purge(hak_superslab *ss) {
 void hak_superslab_abandon(hak_superslab *ss) {
     hak_stat_add(ss_os, abandon, 1);
     // Nobody allocates from it until it is adopted: the policy decides what stays resident
-    // (lean: nothing; speed-first: a few free slots, warm for the adopter).
-    hak_os_superslab_abandoned(ss);
+    // (lean: nothing; speed-first: its free slots while the purge delay runs, warm for the
+    // adopter, then all but a few).
+    hak_os_superslab_unowned(ss);
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     pthread_mutex_lock(&abandoned_lock);
     push_abandoned(ss);
@@ -150,8 +151,9 @@ void hak_superslab_abandon(hak_superslab *ss) {
 }
 
 // Visits up to `visits` abandoned superslabs from the head of the list (the longest waiting):
-// collects the remote frees of every page, gives emptied pages back (purged) and an emptied
-// superslab to the OS policy; one with live blocks goes back to the tail. The visitor holds a
+// collects the remote frees of every page, gives emptied pages back to their superslab and an
+// emptied superslab to the OS policy; one with live blocks goes back to the tail, its free
+// slots purged as the policy says (hak_os_superslab_unowned). The visitor holds a
 // popped superslab exclusively, as an adopter would, so it may collect its pages.
 void hak_superslab_reclaim_abandoned(unsigned visits) {
     // And a sixteenth of the list: with many abandoned superslabs (a group of classes' own
@@ -172,7 +174,7 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
             hak_superslab_release(ss);
             continue;
         }
-        hak_superslab_purge(ss);
+        hak_os_superslab_unowned(ss);
         pthread_mutex_lock(&abandoned_lock);
         push_abandoned(ss);
         pthread_mutex_unlock(&abandoned_lock);
