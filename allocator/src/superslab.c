@@ -105,9 +105,7 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
     page->in_use = 0;
     hak_page_set_local_owner(page, NULL);
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
-    page->free = page->local_free = NULL;
-    page->has_purged = 0;
-    if (ss->page_kind == HAK_KIND_MEDIUM) ss->purged_blocks[i] = 0;
+    page->free = page->local_free = NULL; // (its purged blocks: hak_page_init resets them)
     ss->free_page_mask |= 1u << i;
     ss->dirty_mask |= 1u << i;
     ss->pages_in_use--;
@@ -142,7 +140,7 @@ void hak_superslab_abandon(hak_superslab *ss) {
     hak_stat_add(ss_os, abandon, 1);
     // Nobody allocates from it until it is adopted: the policy decides what stays resident
     // (lean: nothing; speed-first: its free slots while the purge delay runs, warm for the
-    // adopter, then all but a few).
+    // adopter, then none if they are more than the floor's few).
     hak_os_superslab_unowned(ss);
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     pthread_mutex_lock(&abandoned_lock);
