@@ -2,6 +2,8 @@
 #   build/fast/libhakmem.{so,a}        -O2, NDEBUG, hot-path counters compiled out (timings)
 #   build/stats/libhakmem.{so,a}       as fast, plus every hot-path counter (HAK_STATS_HOT)
 #   build/debug/libhakmem.{so,a}       -O1 -g, assertions + full double-free checks, UBSan
+#   build/secure/libhakmem.{so,a}      as fast, with encoded free-list links checked at every
+#                                      pop and the other checks of HAK_SECURE (docs/allocator.md)
 #   build/debug-asan/libhakmem_prefixed.a  debug checks under ASan+UBSan, exports only hak_*
 #   build/debug-tsan/libhakmem_prefixed.a  the fast paths under ThreadSanitizer, exports only hak_*
 #   build/bin/hakmem-options           prints the options table (--json for tools)
@@ -16,6 +18,7 @@ HAK_CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -fPIC -fvisib
     -MMD -MP
 HAK_CFLAGS_fast       := -O2 -DNDEBUG
 HAK_CFLAGS_stats      := -O2 -DNDEBUG -DHAK_STATS_HOT=1
+HAK_CFLAGS_secure     := -O2 -DNDEBUG -DHAK_SECURE=1
 HAK_CFLAGS_debug      := -O1 -g -DHAK_DEBUG=1 -DHAK_STATS_HOT=1 -fsanitize=undefined \
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 HAK_CFLAGS_debug-asan := -O1 -g -DHAK_DEBUG=1 -DHAK_STATS_HOT=1 -DHAK_PREFIXED_ONLY=1 \
@@ -28,6 +31,7 @@ HAK_LDFLAGS_debug     := -fsanitize=undefined
 HAK_LIBS := $(BUILD)/fast/libhakmem.so $(BUILD)/fast/libhakmem.a \
     $(BUILD)/stats/libhakmem.so $(BUILD)/stats/libhakmem.a \
     $(BUILD)/debug/libhakmem.so $(BUILD)/debug/libhakmem.a \
+    $(BUILD)/secure/libhakmem.so $(BUILD)/secure/libhakmem.a \
     $(BUILD)/debug-asan/libhakmem_prefixed.a $(BUILD)/debug-tsan/libhakmem_prefixed.a
 HAK_OPTIONS_TOOL := $(BUILD)/bin/hakmem-options
 
@@ -54,8 +58,8 @@ $(BUILD)/$(1)/libhakmem.so: $(call hak_objs,$(1))
 	$$(CC) -shared -o $$@ $$^ $$(HAK_LDFLAGS_$(1)) -lpthread
 endef
 
-$(foreach v,fast stats debug debug-asan debug-tsan,$(eval $(call HAK_VARIANT_RULES,$(v))))
-$(foreach v,fast stats debug,$(eval $(call HAK_LIBRARY_RULES,$(v))))
+$(foreach v,fast stats debug secure debug-asan debug-tsan,$(eval $(call HAK_VARIANT_RULES,$(v))))
+$(foreach v,fast stats debug secure,$(eval $(call HAK_LIBRARY_RULES,$(v))))
 
 define HAK_PREFIXED_RULES
 $(BUILD)/$(1)/libhakmem_prefixed.a: $(call hak_objs,$(1))

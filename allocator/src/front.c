@@ -86,7 +86,7 @@ HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
 // checks every free here).
 void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page->in_full) hak_heap_page_unfull(heap, page);
-    block->next = page->local_free;
+    hak_link_set(block, page->local_free);
     page->local_free = block;
     if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
 }

@@ -16,7 +16,7 @@
 
 #include "internal.h"
 
-static pthread_mutex_t heaps_lock = HAK_LOCK_INITIALIZER;
+static hak_lock heaps_lock = HAK_LOCK_INIT;
 static hak_heap *heaps_live;   // every heap in use (for stats at exit)
 static hak_heap *heaps_unused; // released by exited threads, reused first
 static char *heaps_chunk;      // bump area for new heap structs
@@ -114,7 +114,7 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page) {
 void hak_heap_free_delayed_blocks(hak_heap *heap) {
     hak_block *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
     while (block) {
-        hak_block *next = block->next;
+        hak_block *next = hak_link(block);
         hak_superslab *ss = hak_superslab_of((uintptr_t)block);
         hak_page *page = hak_page_of(ss, (uintptr_t)block);
         if (page->block_size >= 16) ((uintptr_t *)block)[1] = 0; // the remote-free key
@@ -262,8 +262,9 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
 // an increment and a compare.)
 void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block) {
     // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
-    // destructor flushes it.
-    if (heap == &hak_heap_empty && !(heap = hak_thread_init())) {
+    // destructor flushes it. Not once that destructor has run: nothing would flush or destroy
+    // the new heap, and the batch would keep its page from ever emptying.
+    if (heap == &hak_heap_empty && (hak_thread_exited || !(heap = hak_thread_init()))) {
         hak_page_free_remote(page, block, block);
         return;
     }
@@ -343,7 +344,7 @@ hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
 }
 
 hak_heap *hak_heap_create(void) {
-    pthread_mutex_lock(&heaps_lock);
+    hak_lock_acquire(&heaps_lock);
     hak_heap *heap = heaps_unused;
     if (heap) {
         heaps_unused = heap->next_live;
@@ -353,7 +354,7 @@ hak_heap *hak_heap_create(void) {
                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             hak_stat_add(ss_os, mmap_total, 1);
             if (chunk == MAP_FAILED) {
-                pthread_mutex_unlock(&heaps_lock);
+                hak_lock_release(&heaps_lock);
                 return NULL;
             }
             heaps_chunk = chunk;
@@ -379,7 +380,7 @@ hak_heap *hak_heap_create(void) {
     heap->next_live = heaps_live;
     if (heaps_live) heaps_live->prev_live = heap;
     heaps_live = heap;
-    pthread_mutex_unlock(&heaps_lock);
+    hak_lock_release(&heaps_lock);
     hak_route_latch(heap);
     return heap;
 }
@@ -436,7 +437,7 @@ void hak_heap_destroy(hak_heap *heap) {
         abandon_superslabs(heap->superslabs[kind]);
     hak_large_trim(); // lean policy: cached large regions go back when a thread exits
     hak_stats_merge_heap(heap);
-    pthread_mutex_lock(&heaps_lock);
+    hak_lock_acquire(&heaps_lock);
     if (heap->prev_live)
         heap->prev_live->next_live = heap->next_live;
     else
@@ -444,21 +445,21 @@ void hak_heap_destroy(hak_heap *heap) {
     if (heap->next_live) heap->next_live->prev_live = heap->prev_live;
     heap->next_live = heaps_unused;
     heaps_unused = heap;
-    pthread_mutex_unlock(&heaps_lock);
+    hak_lock_release(&heaps_lock);
 }
 
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg) {
-    pthread_mutex_lock(&heaps_lock);
+    hak_lock_acquire(&heaps_lock);
     for (hak_heap *heap = heaps_live; heap; heap = heap->next_live)
         fn(heap, arg);
-    pthread_mutex_unlock(&heaps_lock);
+    hak_lock_release(&heaps_lock);
 }
 
 void hak_heap_fork_prepare(void) {
-    pthread_mutex_lock(&heaps_lock);
+    hak_lock_acquire(&heaps_lock);
 }
 void hak_heap_fork_parent(void) {
-    pthread_mutex_unlock(&heaps_lock);
+    hak_lock_release(&heaps_lock);
 }
 // In the child only the forking thread exists. A remote freer that was between NOTIFYING and
 // its push at fork time is gone: clear its flag, or this heap would wait for it forever (its

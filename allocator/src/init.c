@@ -22,8 +22,11 @@ __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))) =
     (hak_heap *)&hak_heap_empty;
 
 uintptr_t hak_remote_key;
+#ifdef HAK_SECURE
+uintptr_t hak_link_key;
+#endif
 
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static hak_lock init_lock = HAK_LOCK_INIT;
 static _Atomic int options_ready;
 static _Atomic int hooks_state; // 0 none, 1 being registered, 2 registered
 static pthread_key_t thread_key;
@@ -37,7 +40,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) {
 
 void hak_process_init(void) {
     if (atomic_load_explicit(&options_ready, memory_order_acquire)) return;
-    pthread_mutex_lock(&init_lock);
+    hak_lock_acquire(&init_lock);
     if (!atomic_load_explicit(&options_ready, memory_order_relaxed)) {
         hak_options_init();
         hak_route_init();
@@ -46,23 +49,44 @@ void hak_process_init(void) {
         uintptr_t key = (uintptr_t)&init_lock;
         if (random_bytes) memcpy(&key, random_bytes, sizeof key);
         hak_remote_key = key | 1;
+#ifdef HAK_SECURE
+        // The other 8 bytes, for the free-list links: a key odd in no particular bit, so even
+        // a link to NULL reads as noise.
+        uintptr_t link_key = key * 0x9e3779b97f4a7c15u;
+        if (random_bytes) memcpy(&link_key, (const char *)random_bytes + 8, sizeof link_key);
+        hak_link_key = link_key;
+#endif
         if (hak_option[HAK_OPT_VERBOSE]) {
             hak_options_print_values();
             hak_route_print();
         }
         atomic_store_explicit(&options_ready, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&init_lock);
+    hak_lock_release(&init_lock);
 }
+
+__thread uint8_t hak_thread_exited __attribute__((tls_model("initial-exec")));
 
 static void thread_done(void *value) {
     hak_heap *heap = value;
     if (heap != hak_tls_heap) return;
     hak_tls_heap = (hak_heap *)&hak_heap_empty;
+    hak_thread_exited = 1;
     hak_heap_destroy(heap);
 }
 
+// glibc's stdio list lock, taken by fork() after the prepare handlers: taken here first, so
+// the allocator's locks come after it as in glibc's own fork (a thread in fflush(NULL) holds it
+// and waits for a stream's lock; the stream's holder, in getline, waits for an allocator lock;
+// fork would otherwise hold that and wait for the list lock). It is recursive, so fork taking
+// it again, or a handler that interrupted stdio, is fine. Weak: absent outside glibc.
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+extern void _IO_list_resetlock(void) __attribute__((weak));
+
 static void fork_prepare(void) {
+    if (_IO_list_lock) _IO_list_lock();
+    hak_lock_acquire(&init_lock);
     hak_heap_fork_prepare();
     hak_superslab_fork_prepare();
     hak_os_fork_prepare();
@@ -74,13 +98,20 @@ static void fork_parent(void) {
     hak_os_fork_parent();
     hak_superslab_fork_parent();
     hak_heap_fork_parent();
+    hak_lock_release(&init_lock);
+    if (_IO_list_unlock) _IO_list_unlock();
 }
 
+// The child's only thread has a new id; every lock starts free (glibc resets its stdio list
+// lock itself when the parent had threads, and this does it when it had none).
 static void fork_child(void) {
+    hak_lock_tid = 0;
+    hak_lock_reset(&init_lock);
     hak_large_fork_child();
     hak_os_fork_child();
     hak_superslab_fork_child();
     hak_heap_fork_child();
+    if (_IO_list_resetlock) _IO_list_resetlock();
 }
 
 // pthread_key_create and pthread_atfork may call malloc; by the time they run the calling

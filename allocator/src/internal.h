@@ -25,18 +25,13 @@
 #include "sizeclass.h"
 
 // The allocator's few global locks (the large blocks' table and cache, the superslab cache,
-// the abandoned list, the heap list) guard short critical sections on cold paths. glibc's
-// adaptive mutex spins briefly before it sleeps: with a plain mutex, bench_churn's 4 threads
-// on 2 cores made ~1,000 futex calls a run on the large lock alone (every 32-64 KiB malloc
-// and free takes it) and waited asleep while the holder ran on the other core; adaptive,
-// ~40 (mimalloc: ~20). Its throughput did not move measurably (`hakbench ab --rev`: 1.008
-// [0.970, 1.034]; larson 0.999, xmalloc 1.024): what it still waits on is the kernel's
-// address-space lock (see docs/allocator.md). A fork child re-initializes them (hak_lock_reset).
-#define HAK_LOCK_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-static inline void hak_lock_reset(pthread_mutex_t *lock) {
-    pthread_mutex_t fresh = HAK_LOCK_INITIALIZER;
-    *lock = fresh;
-}
+// the abandoned list, the heap list) guard short critical sections on cold paths. They spin
+// briefly before they sleep: with a plain mutex, bench_churn's 4 threads on 2 cores made
+// ~1,000 futex calls a run on the large lock alone (every 32-64 KiB malloc and free takes it)
+// and waited asleep while the holder ran on the other core; spinning first, ~40 (mimalloc:
+// ~20). Each knows its owner, so fork() from a signal handler cannot deadlock on them (lock.h,
+// init.c); a fork child resets them (hak_lock_reset).
+#include "lock.h"
 
 #define HAK_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HAK_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -46,7 +41,7 @@ static inline void hak_lock_reset(pthread_mutex_t *lock) {
 // The two fast paths start on a cache line of their own, so that an unrelated change elsewhere
 // in the library does not move them across line (and decoder window) boundaries: measured
 // here, such a shift alone moved tiny workloads' throughput by ~1 % with the same instructions.
-#define HAK_HOT_ALIGN   __attribute__((aligned(64)))
+#define HAK_HOT_ALIGN __attribute__((aligned(64)))
 
 #ifdef HAK_DEBUG
 void hak_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
@@ -62,19 +57,45 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_PAGE_SIZE      ((size_t)1 << HAK_PAGE_SHIFT)
 #define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE) // descriptors in a header (small)
 #define HAK_SS_HEADER_SIZE 4096
-#define HAK_OS_PAGE_SIZE   4096 // the unit of madvise and of page faults
+#define HAK_OS_PAGE_SIZE   4096                 // the unit of madvise and of page faults
 #define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
-#define HAK_MIN_ALIGN      16   // large blocks; size classes are aligned to their size up to 4 KiB
-#define HAK_NATURAL_ALIGN  4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this (aligned_alloc)
+#define HAK_MIN_ALIGN      16 // large blocks; size classes are aligned to their size up to 4 KiB
+#define HAK_NATURAL_ALIGN                                                                          \
+    4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this
+         // (aligned_alloc)
 
 // `size` rounded up to whole OS pages; wraps to less than `size` when that overflows.
 static inline size_t hak_round_to_os_pages(size_t size) {
     return (size + HAK_OS_PAGE_SIZE - 1) & ~(size_t)(HAK_OS_PAGE_SIZE - 1);
 }
 
+// A free block's first word links it to the next block of its list. Read and written only
+// through hak_link / hak_link_set: in the secure build (HAK_SECURE) the word holds the link
+// encoded with a per-process secret and the block's own address (glibc's safe-linking,
+// mimalloc's secure mode), so an overflow or a write after free that changes it cannot aim the
+// next malloc at an address of the attacker's choosing, and every pop checks what it decoded
+// (hak_link_checked). Lists' heads (a page's free lists, xthread_free, delayed_free) are
+// allocator metadata and hold plain pointers.
 typedef struct hak_block {
     struct hak_block *next;
 } hak_block;
+
+#ifdef HAK_SECURE
+extern uintptr_t hak_link_key; // random, set at process init (init.c)
+static inline hak_block *hak_link(const hak_block *block) {
+    return (hak_block *)((uintptr_t)block->next ^ (uintptr_t)block ^ hak_link_key);
+}
+static inline void hak_link_set(hak_block *block, const hak_block *next) {
+    block->next = (hak_block *)((uintptr_t)next ^ (uintptr_t)block ^ hak_link_key);
+}
+#else
+static inline hak_block *hak_link(const hak_block *block) {
+    return block->next;
+}
+static inline void hak_link_set(hak_block *block, hak_block *next) {
+    block->next = next;
+}
+#endif
 
 struct hak_heap;
 
@@ -168,8 +189,8 @@ typedef struct hak_front {
     void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
     uint32_t carve_bytes;  // carved into a page's free list at once,
     uint32_t carve_blocks; // at least this many blocks
-    uint8_t max_spare;    // empty pages retained per class
-    uint8_t sized_pages;  // pages sized per class, classes up to 256 KiB (route.c)
+    uint8_t max_spare;     // empty pages retained per class
+    uint8_t sized_pages;   // pages sized per class, classes up to 256 KiB (route.c)
 } hak_front;
 
 #include "stats.h"
@@ -195,7 +216,7 @@ typedef struct hak_heap {
     // How often each class's own lists could not serve a refill (saturating at 255): a class
     // that a smaller one starts merged into splits it off at the second (hak_heap_need_memory).
     uint8_t backend_trips[HAK_CLASS_COUNT];
-    _Atomic(hak_block *) delayed_free; // remote frees into full pages (see page.c)
+    _Atomic(hak_block *) delayed_free;         // remote frees into full pages (see page.c)
     hak_superslab *superslabs[HAK_KIND_COUNT]; // owned, per page kind; fresh pages from the first
     // Remote frees waiting to go to one page of another heap as a single chain (one CAS per
     // run of frees into the same page instead of one per block).
@@ -250,7 +271,13 @@ extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))
 #define HAK_REGISTRY_SIZE (HAK_ADDRESS_LIMIT >> HAK_SS_SHIFT)
 // HAK_REG_MEDIUM and HAK_REG_BIG mark superslabs of 512 KiB and 2 MiB pages (the free fast
 // path takes the descriptor index from a different shift for them).
-enum { HAK_REG_NONE = 0, HAK_REG_SMALL = 1, HAK_REG_LARGE = 2, HAK_REG_MEDIUM = 3, HAK_REG_BIG = 4 };
+enum {
+    HAK_REG_NONE = 0,
+    HAK_REG_SMALL = 1,
+    HAK_REG_LARGE = 2,
+    HAK_REG_MEDIUM = 3,
+    HAK_REG_BIG = 4
+};
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
 static inline unsigned hak_registry_get(uintptr_t p) {
@@ -349,7 +376,7 @@ void hak_superslab_fork_child(void);
 // cached large regions) stays resident before it is purged (os.c, large.c).
 #define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
-void hak_large_purge_due(void);    // cached large regions whose delay passed (large.c)
+void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
@@ -381,7 +408,7 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last);
 static inline void hak_page_push_remote(hak_page *page, hak_block *first, hak_block *last) {
     uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
     while (HAK_LIKELY(!(old & HAK_XT_FLAGS))) {
-        last->next = (hak_block *)old;
+        hak_link_set(last, (hak_block *)old);
         if (atomic_compare_exchange_weak_explicit(&page->xthread_free, &old, (uintptr_t)first,
                                                   memory_order_release, memory_order_relaxed))
             return;
@@ -402,11 +429,28 @@ static inline int hak_page_mark_full(hak_page *page) {
 }
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 void hak_page_verify_empty(const hak_page *page);
+// Every pop in the debug and secure builds: the next link of a free block must be NULL or a
+// block of the same page, else something wrote into the freed block (use after free,
+// overflow). The debug build checks it in full (a block start of the page); the secure build
+// that it lies in the page's slot past the superslab header, aligned as the page's blocks are.
+void hak_page_link_corrupted(const hak_block *block) __attribute__((noreturn, cold));
 #ifdef HAK_DEBUG
-// Debug build, every pop: the next link of a free block must be NULL or another block start
-// of the same page, else something wrote into the freed block (use after free, overflow).
 void hak_page_check_link(const hak_page *page, const hak_block *block);
 #endif
+static inline hak_block *hak_link_checked(const hak_page *page, const hak_block *block) {
+    hak_block *next = hak_link(block);
+#if defined(HAK_DEBUG)
+    hak_page_check_link(page, block);
+#elif defined(HAK_SECURE)
+    uintptr_t n = (uintptr_t)next;
+    if (HAK_UNLIKELY(n && (((n ^ (uintptr_t)block) >> hak_superslab_of_page(page)->page_shift) ||
+                           (n & page->block_mask) || (n & HAK_SS_MASK) < HAK_SS_HEADER_SIZE)))
+        hak_page_link_corrupted(block);
+#else
+    (void)page;
+#endif
+    return next;
+}
 
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);
@@ -532,10 +576,7 @@ extern uintptr_t hak_remote_key;
 // Pops a block from a page whose free list is not empty.
 static inline void *hak_page_pop(hak_page *page) {
     hak_block *block = page->free;
-#ifdef HAK_DEBUG
-    hak_page_check_link(page, block);
-#endif
-    page->free = block->next;
+    page->free = hak_link_checked(page, block);
     page->used++;
     return block;
 }
@@ -570,6 +611,10 @@ void hak_large_fork_child(void);
 
 // --- init.c
 hak_heap *hak_thread_init(void);
+// Set when this thread's heap was destroyed at its exit (its pthread key's destructor). Frees
+// that come later (other keys' destructors, glibc's own teardown) go straight to their pages
+// instead of creating a heap that no destructor would destroy (heap.c: hak_heap_free_remote).
+extern __thread uint8_t hak_thread_exited __attribute__((tls_model("initial-exec")));
 void hak_process_init(void);
 
 // --- wrappers.c: slow paths of the exported API

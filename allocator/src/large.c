@@ -73,7 +73,7 @@ typedef struct hak_large {
 
 #define HAK_LARGE_TOMBSTONE ((uintptr_t)1)
 
-static pthread_mutex_t large_lock = HAK_LOCK_INITIALIZER;
+static hak_lock large_lock = HAK_LOCK_INIT;
 static hak_large *table;
 static size_t table_capacity; // a power of two
 static size_t table_used;     // live, cached and deleted slots
@@ -234,21 +234,21 @@ static void purge_due_locked(void) {
 void hak_large_purge_due(void) {
     uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
     if (!due || hak_coarse_now_ns() < due) return;
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     purge_due_locked();
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
 }
 
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     hak_large *e = cache_count ? cache_take(need, alignment) : NULL;
     if (e) {
         e->usable = need;
         void *block = (void *)e->block;
         size_t slack = e->map_size - need;
-        pthread_mutex_unlock(&large_lock);
+        hak_lock_release(&large_lock);
         // Lean policy: the region's tail beyond the request was written by its last user;
         // give it back, or a 64 KiB region reused for 48 KiB keeps 16 KiB resident for nothing.
         if (slack && hak_option[HAK_OPT_SS_MEM_LEAN]) {
@@ -267,12 +267,12 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         !hak_option[HAK_OPT_SS_MEM_LEAN]) {
         char *span = span_take(need);
         int ok = span && table_insert((uintptr_t)span, need, need);
-        pthread_mutex_unlock(&large_lock);
+        hak_lock_release(&large_lock);
         if (!ok) return NULL; // a span without its entry stays unused in its chunk
         count_new_region(need);
         return span; // fresh (a chunk is never reused but through the cache): already zero
     }
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     char *block;
     size_t map_size;
     if (alignment <= HAK_OS_PAGE_SIZE) {
@@ -287,9 +287,9 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         block = base;
     }
     mark_registry((uintptr_t)block, map_size);
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     int ok = table_insert((uintptr_t)block, map_size, need);
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     if (!ok) {
         hak_os_unmap(block, map_size);
         hak_stat_mapped(-(long)map_size);
@@ -307,7 +307,7 @@ static hak_large *live_entry(const char *func, void *p) {
     int freed = e != NULL;
     for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
         freed |= recently_unmapped[i] == (uintptr_t)p;
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
 
@@ -321,7 +321,7 @@ void hak_large_trim(void) {
     if (!hak_option[HAK_OPT_SS_MEM_LEAN]) return;
     uintptr_t blocks[HAK_LARGE_CACHE_COUNT];
     size_t sizes[HAK_LARGE_CACHE_COUNT];
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     unsigned n = cache_count;
     for (unsigned i = 0; i < n; i++) {
         hak_large *e = table_find(cache[i]);
@@ -332,7 +332,7 @@ void hak_large_trim(void) {
     }
     cache_count = 0;
     cache_bytes = 0;
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     for (unsigned i = 0; i < n; i++) {
         hak_stat_add(large, cache_trim, 1);
         hak_stat_mapped(-(long)sizes[i]);
@@ -341,7 +341,7 @@ void hak_large_trim(void) {
 }
 
 void hak_large_free(void *p) {
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, e->usable / 1024);
@@ -358,30 +358,31 @@ void hak_large_free(void *p) {
         if (due && (!next || due < next))
             atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
         purge_due_locked();
-        pthread_mutex_unlock(&large_lock);
+        hak_lock_release(&large_lock);
         hak_stat_add(large, cache_put, 1);
         return;
     }
     size_t map_size = e->map_size;
     e->block = HAK_LARGE_TOMBSTONE;
     recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = (uintptr_t)p;
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     hak_stat_mapped(-(long)map_size);
     hak_os_unmap(p, map_size);
 }
 
 size_t hak_large_usable(const char *func, void *p) {
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     size_t usable = live_entry(func, p)->usable;
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
     return usable;
 }
 
 // Resizes large block p to `size` (above the mid pool) without copying: returns the block (p
 // or where mremap moved it), or NULL when the caller must allocate, copy and free.
 void *hak_large_realloc(void *p, size_t size) {
+    if (size > HAK_ADDRESS_LIMIT) return NULL; // (rounding it up would wrap around)
     size_t need = hak_round_to_os_pages(size);
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
     hak_large *e = live_entry("realloc", p);
     size_t map_size = e->map_size, usable = e->usable;
     if (need <= map_size) {
@@ -392,7 +393,7 @@ void *hak_large_realloc(void *p, size_t size) {
         int trim = need < usable && map_size - need >= map_size / 4;
         e->usable = need;
         if (trim) e->map_size = need;
-        pthread_mutex_unlock(&large_lock);
+        hak_lock_release(&large_lock);
         hak_stat_sub(large, live_kb, usable / 1024);
         hak_stat_add(large, live_kb, need / 1024);
         hak_stat_add(large, realloc_in_place, 1);
@@ -402,37 +403,39 @@ void *hak_large_realloc(void *p, size_t size) {
         }
         return p;
     }
-    pthread_mutex_unlock(&large_lock);
-    // Only this thread may free p, so its entry stays while the lock is dropped for the call.
+    // The entry leaves the table before the lock is dropped for the call: if mremap moves the
+    // block, its old address is free for anyone's next mapping at once, and that mapping's
+    // entry must not meet this one. (Only this thread may free or resize p meanwhile.)
+    e->block = HAK_LARGE_TOMBSTONE;
+    hak_lock_release(&large_lock);
     int saved = errno;
     void *q = mremap(p, map_size, need, MREMAP_MAYMOVE);
     errno = saved;
     hak_stat_add(large, mremap, 1);
-    if (q == MAP_FAILED) return NULL;
-    mark_registry((uintptr_t)q, need);
-    hak_stat_mapped((long)(need - map_size));
-    hak_stat_sub(large, live_kb, usable / 1024);
-    hak_stat_add(large, live_kb, need / 1024);
-    pthread_mutex_lock(&large_lock);
-    if (q == p) {
-        e = table_find((uintptr_t)p);
-        e->map_size = e->usable = need;
-        pthread_mutex_unlock(&large_lock);
-        hak_stat_add(large, realloc_in_place, 1);
-        return p;
+    int moved = q != MAP_FAILED;
+    if (moved) {
+        mark_registry((uintptr_t)q, need);
+        hak_stat_mapped((long)(need - map_size));
+        hak_stat_sub(large, live_kb, usable / 1024);
+        hak_stat_add(large, live_kb, need / 1024);
+        map_size = usable = need;
+    } else {
+        q = p; // p stays as it was, still mapped: its entry goes back
     }
-    table_find((uintptr_t)p)->block = HAK_LARGE_TOMBSTONE;
-    int ok = table_insert((uintptr_t)q, need, need);
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_acquire(&large_lock);
+    int ok = table_insert((uintptr_t)q, map_size, usable);
+    hak_lock_release(&large_lock);
     if (!ok) hak_fatal_pointer("realloc", "out of metadata memory for", q);
+    if (!moved) return NULL;
+    if (q == p) hak_stat_add(large, realloc_in_place, 1);
     return q;
 }
 
 void hak_large_fork_prepare(void) {
-    pthread_mutex_lock(&large_lock);
+    hak_lock_acquire(&large_lock);
 }
 void hak_large_fork_parent(void) {
-    pthread_mutex_unlock(&large_lock);
+    hak_lock_release(&large_lock);
 }
 void hak_large_fork_child(void) {
     hak_lock_reset(&large_lock);

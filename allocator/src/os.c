@@ -27,7 +27,7 @@
 #include "internal.h"
 #include "options.h"
 
-static pthread_mutex_t cache_lock = HAK_LOCK_INITIALIZER;
+static hak_lock cache_lock = HAK_LOCK_INIT;
 static hak_superslab *cache_first;
 static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).
@@ -96,16 +96,20 @@ static hak_superslab *map_huge_superslab(void) {
 hak_superslab *hak_os_superslab_get(void) {
     hak_superslab *ss = NULL;
     if (atomic_load_explicit(&cache_count, memory_order_relaxed)) { // a stale 0 costs a mapping
-        pthread_mutex_lock(&cache_lock);
+        hak_lock_acquire(&cache_lock);
         ss = cache_first;
         if (ss) cache_first = ss->next, cache_count--;
-        pthread_mutex_unlock(&cache_lock);
+        hak_lock_release(&cache_lock);
     }
     if (ss) {
         hak_stat_add(ss_os, cache_hit, 1);
+        // Still resident unless it was decommitted in the cache: then every slot is a resident
+        // free slot that the purge policy must know about, or it would never purge them.
         uint8_t huge = ss->huge;
+        uint32_t dirty = ss->dirty_mask;
         memset(ss, 0, sizeof *ss);
         ss->huge = huge;
+        ss->dirty_mask = dirty;
         return ss;
     }
     hak_stat_add(ss_os, cache_miss, 1);
@@ -131,6 +135,7 @@ static size_t cache_limit(void) {
 // A huge-page superslab is one page, header included, so it stays as it is.
 static void decommit(hak_superslab *ss) {
     if (ss->huge) return;
+    ss->dirty_mask = 0;
     int saved = errno;
     madvise((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE, MADV_DONTNEED);
     errno = saved;
@@ -143,13 +148,14 @@ static void decommit(hak_superslab *ss) {
 // decommits at once.
 void hak_os_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
+    ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
         atomic_load_explicit(&cache_count, memory_order_relaxed) < limit)
         decommit(ss);
     ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
-    pthread_mutex_lock(&cache_lock);
+    hak_lock_acquire(&cache_lock);
     if (cache_count < limit) {
         ss->next = cache_first;
         cache_first = ss;
@@ -159,7 +165,7 @@ void hak_os_superslab_put(hak_superslab *ss) {
             atomic_store_explicit(&cache_purge_next_ns, ss->purge_due_ns, memory_order_relaxed);
         ss = NULL;
     }
-    pthread_mutex_unlock(&cache_lock);
+    hak_lock_release(&cache_lock);
     if (!ss) return;
     hak_stat_add(ss_os, cache_release, 1);
     hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
@@ -291,7 +297,7 @@ void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
 
 // Decommits the cached superslabs whose delay passed (speed-first).
 static void cache_purge_due(uint64_t now) {
-    pthread_mutex_lock(&cache_lock);
+    hak_lock_acquire(&cache_lock);
     uint64_t next = 0;
     for (hak_superslab *ss = cache_first; ss; ss = ss->next) {
         if (!ss->purge_due_ns) continue;
@@ -303,7 +309,7 @@ static void cache_purge_due(uint64_t now) {
         }
     }
     atomic_store_explicit(&cache_purge_next_ns, next, memory_order_relaxed);
-    pthread_mutex_unlock(&cache_lock);
+    hak_lock_release(&cache_lock);
 }
 
 // Purges the heap's superslabs and the cached ones whose deadline passed; keeps the next.
@@ -327,10 +333,10 @@ void hak_os_purge_due(hak_heap *heap) {
 }
 
 void hak_os_fork_prepare(void) {
-    pthread_mutex_lock(&cache_lock);
+    hak_lock_acquire(&cache_lock);
 }
 void hak_os_fork_parent(void) {
-    pthread_mutex_unlock(&cache_lock);
+    hak_lock_release(&cache_lock);
 }
 void hak_os_fork_child(void) {
     hak_lock_reset(&cache_lock);

@@ -48,8 +48,8 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
     char *p = first;
     for (uint32_t i = 1; i < count; i++, p += page->block_size)
-        ((hak_block *)p)->next = (hak_block *)(p + page->block_size);
-    ((hak_block *)p)->next = NULL;
+        hak_link_set((hak_block *)p, (hak_block *)(p + page->block_size));
+    hak_link_set((hak_block *)p, NULL);
     page->free = (hak_block *)first;
     page->reserved = (uint16_t)(page->reserved + count);
     return 1;
@@ -80,15 +80,15 @@ void hak_page_collect(hak_page *page) {
         for (;; tail = next, count++) {
             ((uintptr_t *)tail)[1] = 0;
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = tail->next)) break;
+            if (!(next = hak_link(tail))) break;
         }
     } else {
         for (;; tail = next, count++) {
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = tail->next)) break;
+            if (!(next = hak_link(tail))) break;
         }
     }
-    tail->next = page->free;
+    hak_link_set(tail, page->free);
     page->free = list;
     page->used -= count;
 }
@@ -109,7 +109,7 @@ void hak_page_purge_free_blocks(const hak_page *page) {
     int32_t left = (int32_t)page->reserved - page->used;
     const hak_block *lists[2] = {page->free, page->local_free};
     for (int l = 0; l < 2; l++)
-        for (const hak_block *b = lists[l]; b && left > 0; b = b->next, left--) {
+        for (const hak_block *b = lists[l]; b && left > 0; b = hak_link(b), left--) {
             uintptr_t start = ((uintptr_t)b + 2 * sizeof(void *) + os_mask) & ~os_mask;
             uintptr_t end = ((uintptr_t)b + size) & ~os_mask;
             madvise((void *)start, end - start, MADV_DONTNEED);
@@ -140,24 +140,30 @@ static uint64_t *purged_bits(const hak_page *page) {
 #define HAK_RESTORE_STEP 4
 static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int32_t *left,
                            uintptr_t mark, uintptr_t marked_before) {
-    hak_block **link = list;
+    hak_block *prev = NULL, *b = *list; // b follows prev on the list (or heads it)
     unsigned kept = 0;
-    while (*link && *left > 0 && kept < keep) {
-        link = &(*link)->next;
+    while (b && *left > 0 && kept < keep) {
+        prev = b;
+        b = hak_link(b);
         kept++;
         (*left)--;
     }
     uint64_t *bits = purged_bits(page);
     uintptr_t start = (uintptr_t)hak_page_start(page), os_mask = HAK_OS_PAGE_SIZE - 1;
     uint32_t size = page->block_size;
-    for (hak_block *b = *link; b && *left > 0; b = *link, (*left)--) {
+    for (; b && *left > 0; (*left)--) {
         uintptr_t *word = (uintptr_t *)b;
+        hak_block *next = hak_link(b); // before the madvise: the link may lie in a page it drops
         if (word[2] != (marked_before ^ (uintptr_t)b)) {
             word[2] = mark ^ (uintptr_t)b; // idle from now on: purged next time if still here
-            link = &b->next;
+            prev = b;
+            b = next;
             continue;
         }
-        *link = b->next; // before the madvise: the link may lie in a page it drops
+        if (prev)
+            hak_link_set(prev, next);
+        else
+            *list = next;
         uintptr_t lo = ((uintptr_t)b + os_mask) & ~os_mask, hi = ((uintptr_t)b + size) & ~os_mask;
         if (hi > lo) {
             madvise((void *)lo, hi - lo, MADV_DONTNEED);
@@ -166,6 +172,7 @@ static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int3
         }
         *bits |= (uint64_t)1 << (((uintptr_t)b - start) / size);
         page->has_purged = 1;
+        b = next;
     }
     return kept;
 }
@@ -189,7 +196,7 @@ void hak_page_restore_purged(hak_page *page) {
         unsigned j = (unsigned)__builtin_ctzll(*bits);
         *bits &= *bits - 1;
         hak_block *block = (hak_block *)(start + (size_t)j * page->block_size);
-        block->next = page->free;
+        hak_link_set(block, page->free);
         page->free = block;
     }
     page->has_purged = *bits != 0;
@@ -197,11 +204,14 @@ void hak_page_restore_purged(hak_page *page) {
 
 #ifdef HAK_DEBUG
 void hak_page_check_link(const hak_page *page, const hak_block *block) {
-    const hak_block *next = block->next;
-    if (next && !hak_page_contains_block(page, (uintptr_t)next))
-        hak_fatal_pointer("malloc", "free list corrupted (write after free?) at block", block);
+    const hak_block *next = hak_link(block);
+    if (next && !hak_page_contains_block(page, (uintptr_t)next)) hak_page_link_corrupted(block);
 }
 #endif
+
+void hak_page_link_corrupted(const hak_block *block) {
+    hak_fatal_pointer("malloc", "free list corrupted (write after free?) at block", block);
+}
 
 // A page whose `used` came down to 0 (and is about to be given back or retained): every block
 // carved must now be on free or local_free, each once. More (a cycle, a duplicate) or fewer
@@ -213,7 +223,7 @@ void hak_page_verify_empty(const hak_page *page) {
     uint64_t purged = page->has_purged ? *purged_bits(page) : 0; // free, on no list
     const hak_block *lists[2] = {page->free, page->local_free};
     for (int l = 0; l < 2; l++)
-        for (const hak_block *b = lists[l]; b; b = b->next) {
+        for (const hak_block *b = lists[l]; b; b = hak_link(b)) {
             uintptr_t offset = (uintptr_t)b - start;
             if (++count > reserved || offset >= carved || (uint32_t)offset % size ||
                 (purged && (purged >> (offset / size) & 1)))
@@ -246,7 +256,7 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
             if (owner) {
                 hak_block *head = atomic_load_explicit(&owner->delayed_free, memory_order_relaxed);
                 do {
-                    last->next = head;
+                    hak_link_set(last, head);
                 } while (!atomic_compare_exchange_weak_explicit(&owner->delayed_free, &head, first,
                                                                 memory_order_release,
                                                                 memory_order_relaxed));
@@ -256,13 +266,13 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
             }
             old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
             do {
-                last->next = (hak_block *)(old & ~HAK_XT_FLAGS);
+                hak_link_set(last, (hak_block *)(old & ~HAK_XT_FLAGS));
             } while (!atomic_compare_exchange_weak_explicit(
                 &page->xthread_free, &old, (uintptr_t)first | (old & HAK_XT_FULL),
                 memory_order_release, memory_order_relaxed));
             return;
         }
-        last->next = (hak_block *)(old & ~HAK_XT_FLAGS);
+        hak_link_set(last, (hak_block *)(old & ~HAK_XT_FLAGS));
         if (atomic_compare_exchange_weak_explicit(&page->xthread_free, &old,
                                                   (uintptr_t)first | (old & HAK_XT_FLAGS),
                                                   memory_order_release, memory_order_relaxed))
@@ -281,9 +291,9 @@ int hak_page_has_free_block(const hak_page *page, const hak_block *block) {
              (((uintptr_t)block - (uintptr_t)hak_page_start(page)) / page->block_size) &
          1))
         return 1;
-    for (const hak_block *b = page->free; b; b = b->next)
+    for (const hak_block *b = page->free; b; b = hak_link(b))
         if (b == block) return 1;
-    for (const hak_block *b = page->local_free; b; b = b->next)
+    for (const hak_block *b = page->local_free; b; b = hak_link(b))
         if (b == block) return 1;
     return 0;
 }

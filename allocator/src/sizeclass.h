@@ -26,8 +26,8 @@
 #define HAK_MID_GROUP_COUNT  8            // M0..M7: (1, 2], (2, 4], ... (128, 256] KiB
 // Mid sizes -> class by a table indexed by (n + 255) >> 8: every mid class boundary is a
 // multiple of 256 B.
-#define HAK_MID_INDEX(n)     (((n) + 255) >> 8)
-#define HAK_MID_INDEX_COUNT  (HAK_MID_INDEX(HAK_SMALL_MAX_ALL) + 1)
+#define HAK_MID_INDEX(n)    (((n) + 255) >> 8)
+#define HAK_MID_INDEX_COUNT (HAK_MID_INDEX(HAK_SMALL_MAX_ALL) + 1)
 
 // (n + 7) / 8 -> tiny class, for n <= HAK_TINY_MAX: one byte load on the malloc fast path.
 extern const uint8_t hak_tiny_class_by_words[HAK_TINY_MAX / 8 + 1];

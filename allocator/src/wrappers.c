@@ -12,15 +12,19 @@
 #include "hakmem.h"
 #include "internal.h"
 
+// The inline free fast path; the debug and secure builds check every free in full instead.
+#if defined(HAK_DEBUG) || defined(HAK_SECURE)
+#define HAK_FREE_FAST_PATH 0
+#else
+#define HAK_FREE_FAST_PATH 1
+#endif
+
 // Pops the direct page of `cls`, or NULL when it has no free block.
 static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
     if (HAK_UNLIKELY(block == NULL)) return NULL;
-#ifdef HAK_DEBUG
-    hak_page_check_link(page, block);
-#endif
-    page->free = block->next;
+    page->free = hak_link_checked(page, block);
     page->used++;
     HAK_HOT_STAT(heap, fast, cls);
     HAK_HOT_STAT(heap, alloc, cls);
@@ -30,7 +34,7 @@ static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, un
 // One fast path for every size class: a table load for the class (tiny sizes index by the
 // size itself, mid sizes by HAK_MID_INDEX), pop. Mid sizes this process does not serve find
 // HAK_CLASS_NONE, whose direct page is always empty.
-HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
+static inline __attribute__((always_inline)) void *malloc_inline(size_t size) {
     hak_heap *heap = hak_tls_heap;
     void *block = NULL;
     if (HAK_LIKELY(size <= HAK_TINY_MAX))
@@ -40,6 +44,48 @@ HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
     if (HAK_LIKELY(block != NULL)) return block;
     return hak_malloc_slow(size);
 }
+
+#ifdef HAK_SECURE
+// The secure build's tail canary: the last word of every block of a size class holds a value
+// made of the process's secret and the block's address while the block is allocated (usable
+// sizes are a word shorter), and every free checks it. An overflow out of a block crosses it
+// before it reaches the next block (whose link the pop checks), so an overflow is caught when
+// the overflowed block is freed, as glibc catches one by the next chunk's size field. Large
+// blocks are mappings of their own, with no metadata in band.
+#define HAK_CANARY_SIZE sizeof(uintptr_t)
+static inline uintptr_t *canary_of(void *p, const hak_page *page) {
+    return (uintptr_t *)((char *)p + page->block_size) - 1;
+}
+static inline uintptr_t canary_value(const void *p) {
+    return hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u);
+}
+// Arms the canary of a block just handed out (NULL and large blocks: nothing to do).
+static void *secure_arm(void *p) {
+    unsigned kind = p ? hak_registry_get((uintptr_t)p) : HAK_REG_NONE;
+    if (kind == HAK_REG_SMALL || kind == HAK_REG_MEDIUM || kind == HAK_REG_BIG) {
+        hak_page *page = hak_page_of(hak_superslab_of((uintptr_t)p), (uintptr_t)p);
+        *canary_of(p, page) = canary_value(p);
+    }
+    return p;
+}
+static void secure_check(const char *func, const hak_page *page, void *p) {
+    if (HAK_UNLIKELY(*canary_of(p, page) != canary_value(p)))
+        hak_fatal_pointer(func, "heap overflow past the end of", p);
+}
+
+HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
+    if (HAK_UNLIKELY(size > PTRDIFF_MAX)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return secure_arm(malloc_inline(size + HAK_CANARY_SIZE));
+}
+#else
+#define HAK_CANARY_SIZE 0
+HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
+    return malloc_inline(size);
+}
+#endif
 
 // The checks on the way (each miss goes to the slow path, which reports what it was):
 //   registry == SMALL   a pointer into a superslab (NULL, foreign and large pointers miss)
@@ -74,7 +120,7 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
     hak_block **list = lifo ? &page->free : &page->local_free;
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
                    !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list)) {
-        block->next = *list;
+        hak_link_set(block, *list);
         *list = block;
         HAK_HOT_STAT(heap, free, page->class_idx);
         if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) {
@@ -92,10 +138,19 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
     return 0;
 }
 
+// Is address `a` in its superslab's header? Page 0 of a big superslab (its only page) starts
+// right after the header, and its descriptor serves the header's addresses too, so a pointer
+// into the header could pass the fast path's block-boundary test and be linked into a free
+// list: a later malloc would hand out the page descriptors. (Small and medium superslabs never
+// use slot 0, so such a pointer finds a page with no owner: superslab.c.)
+static inline int in_header(uintptr_t a) {
+    return (a & HAK_SS_MASK) < HAK_SS_HEADER_SIZE;
+}
+
 // free() of a pointer whose registry byte is not HAK_REG_SMALL: the fast path of the medium
 // and big pages (512 KiB: descriptor index = address bits 19-20; 2 MiB: one page), else the
 // slow path. Out of line, so that small pages keep their one compare against memory.
-#ifndef HAK_DEBUG
+#if HAK_FREE_FAST_PATH
 // (Arguments in the registers the fast path has them in: p, page, heap.)
 static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uintptr_t slot_mask);
 
@@ -112,13 +167,13 @@ static HAK_NOINLINE void free_other(void *p) {
         hak_free_slow(p); // large block, NULL or a foreign pointer
         return;
     }
-    if (HAK_LIKELY(free_fast(page, p, 1))) return;
+    if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
     free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
 }
 #endif
 
 HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
-#ifndef HAK_DEBUG // the debug build checks every free in the slow path
+#if HAK_FREE_FAST_PATH // the debug and secure builds check every free in the slow path
     uintptr_t a = (uintptr_t)p;
     uintptr_t chunk = a >> HAK_SS_SHIFT;
     if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
@@ -158,10 +213,7 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
     if (block) {
-#ifdef HAK_DEBUG
-        hak_page_check_link(page, block);
-#endif
-        page->free = block->next;
+        page->free = hak_link_checked(page, block);
         page->used++;
         HAK_HOT_STAT(heap, fast, cls);
     } else {
@@ -248,7 +300,8 @@ static void free_owner(hak_heap *heap, hak_page *page, void *p) {
     checked_page("free", ss, p);
     if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
 #else
-    if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask)))
+    if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask) ||
+                     in_header((uintptr_t)p)))
         checked_page("free", ss, p);
 #endif
     if (page->used <= 0 || block == page->local_free || block == page->free)
@@ -284,7 +337,7 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
     if (HAK_LIKELY(page == run)) {
         HAK_HOT_STAT(heap, free, page->class_idx);
         HAK_HOT_STAT(heap, remote_free, page->class_idx);
-        block->next = heap->remote_first;
+        hak_link_set(block, heap->remote_first);
         heap->remote_first = block;
         return;
     }
@@ -300,7 +353,7 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
                 hak_heap_free_remote(heap, owner, page, block);
                 return;
             }
-            heap->remote_last->next = (hak_block *)old;
+            hak_link_set(heap->remote_last, (hak_block *)old);
         } while (!atomic_compare_exchange_weak_explicit(
             &run->xthread_free, &old, (uintptr_t)heap->remote_first, memory_order_release,
             memory_order_relaxed));
@@ -321,6 +374,9 @@ HAK_NOINLINE void hak_free_slow(void *p) {
         return;
     }
     hak_page *page = hak_page_of(ss, (uintptr_t)p);
+#ifdef HAK_SECURE
+    secure_check("free", checked_page("free", ss, p), p);
+#endif
     hak_heap *heap = hak_tls_heap;
     hak_heap *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
     if (owner == heap)
@@ -329,7 +385,7 @@ HAK_NOINLINE void hak_free_slow(void *p) {
         free_remote(heap, owner, page, p, ((uintptr_t)1 << ss->page_shift) - 1);
 }
 
-#ifndef HAK_DEBUG
+#if HAK_FREE_FAST_PATH
 // The fast path found p's page (a superslab of ours) but could not take the free: a full page
 // of this thread, another thread's page (a remote free), or a bad pointer. A page whose
 // local_owner is another heap is that heap's and not full (it cannot become ours while this
@@ -359,7 +415,11 @@ static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uint
 static size_t checked_usable_size(const char *func, void *p) {
     hak_superslab *ss = checked_superslab(func, p);
     if (!ss) return hak_large_usable(func, p);
-    return checked_page(func, ss, p)->block_size;
+    hak_page *page = checked_page(func, ss, p);
+#ifdef HAK_SECURE
+    secure_check(func, page, p);
+#endif
+    return page->block_size - HAK_CANARY_SIZE;
 }
 
 HAK_EXPORT void hak_cfree(void *p) {
@@ -391,6 +451,10 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
         return NULL;
     }
     size_t usable = checked_usable_size("realloc", p);
+    if (HAK_UNLIKELY(size > PTRDIFF_MAX)) { // as glibc: no object is larger; p stays as it was
+        errno = ENOMEM;
+        return NULL;
+    }
     // Large to large: resized in place or moved by mremap, never copied.
     if (hak_registry_get((uintptr_t)p) == HAK_REG_LARGE && size > hak_small_max) {
         void *q = hak_large_realloc(p, size);
@@ -418,17 +482,25 @@ HAK_EXPORT void *hak_reallocarray(void *p, size_t count, size_t size) {
 // naturally aligned enough (pages are 4 KiB-aligned, blocks at multiples of their size), so
 // no block ever needs an interior pointer; the rest go to large.c.
 static void *aligned_alloc_impl(size_t alignment, size_t size) {
+    if (HAK_UNLIKELY(size > PTRDIFF_MAX)) { // as glibc (and before size + HAK_CANARY_SIZE wraps)
+        errno = ENOMEM;
+        return NULL;
+    }
     if (alignment <= sizeof(void *)) return hak_malloc(size); // C0 blocks are 8-aligned
     hak_process_init(); // hak_small_max comes from the options
-    if (size <= hak_small_max && alignment <= HAK_NATURAL_ALIGN) {
-        unsigned cls = hak_class_of(size);
+    if (size + HAK_CANARY_SIZE <= hak_small_max && alignment <= HAK_NATURAL_ALIGN) {
+        unsigned cls = hak_class_of(size + HAK_CANARY_SIZE);
         while (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max &&
                (hak_class_block_size[cls] & (0u - hak_class_block_size[cls])) < alignment)
             cls++;
         if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max) {
             hak_heap *heap = current_heap();
             if (!heap) return NULL;
+#ifdef HAK_SECURE
+            return secure_arm(alloc_class(heap, cls));
+#else
             return alloc_class(heap, cls);
+#endif
         }
     }
     return large_alloc(size, alignment, 0);
@@ -440,9 +512,7 @@ static int is_power_of_two(size_t x) {
 
 HAK_EXPORT int hak_posix_memalign(void **out, size_t alignment, size_t size) {
     if (alignment % sizeof(void *) != 0 || !is_power_of_two(alignment)) return EINVAL;
-    int saved = errno;
-    void *p = aligned_alloc_impl(alignment, size);
-    errno = saved;
+    void *p = aligned_alloc_impl(alignment, size); // sets errno to ENOMEM on failure, as glibc
     if (!p) return ENOMEM;
     *out = p;
     return 0;

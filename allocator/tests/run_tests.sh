@@ -7,7 +7,7 @@
 #
 #   --profiles  space-separated env profiles: `default` (no settings) or comma-joined
 #               assignments, e.g. "default HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,HAKMEM_X=1"
-#   --variants  fast stats debug asan preload   (libhakmem builds; tests.mk builds them)
+#   --variants  fast stats debug secure asan preload   (libhakmem builds; tests.mk builds them)
 #               tsan                            (ThreadSanitizer build; multi-threaded tests)
 #               glibc mimalloc                  (reference runs, no libhakmem involved)
 #   --matrix-variants  variants for the profiles other than `default` (default: --variants);
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/../.."
 
 build=build
 profiles=default
-variants="fast stats debug asan preload"
+variants="fast stats debug secure asan preload"
 matrix_variants=""
 tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths preload_programs"
 while [ $# -gt 0 ]; do

@@ -4,6 +4,8 @@
 // resident memory after freeing hundreds of MiB returns near where it started.
 #include "testhelper.h"
 
+#include <pthread.h>
+
 #define KiB         ((size_t)1024)
 #define MiB         (1024 * KiB)
 #define PAGE_STRIDE 4096
@@ -168,6 +170,53 @@ static void test_realloc_ladder(void) {
     free(block);
 }
 
+// realloc moving a large block by mremap while another thread maps and unmaps blocks of its
+// own: the old address is free for the other thread's next mapping the moment mremap returns,
+// and the block's bookkeeping must never confuse the two (a stale entry for the old address
+// made the other block's usable size the moved block's old one, and its free unmap the wrong
+// length). Large blocks of 20 MiB are never cached: each is a mapping of its own. (The window
+// is a few hundred nanoseconds: this could not be made to fail before the fix; it guards it.)
+static atomic_bool mover_done;
+static atomic_long mover_moves;
+
+static void *move_by_realloc(void *arg) {
+    int rounds = *(int *)arg;
+    for (int r = 0; r < rounds; r++) {
+        unsigned char *block = malloc(1 * MiB);
+        if (!CHECK(block != NULL)) break;
+        block[0] = 0x11;
+        unsigned char *obstacle = malloc(1 * MiB); // a neighbour, so growing moves the block
+        unsigned char *grown = realloc(block, 3 * MiB);
+        if (!CHECK(grown != NULL)) break;
+        mover_moves += grown != block;
+        CHECK(grown[0] == 0x11 && malloc_usable_size(grown) >= 3 * MiB);
+        free(obstacle);
+        free(grown);
+    }
+    atomic_store(&mover_done, true);
+    return NULL;
+}
+
+static void test_realloc_move_races_mapping(int rounds) {
+    atomic_store(&mover_done, false);
+    pthread_t mover;
+    if (!CHECK(pthread_create(&mover, NULL, move_by_realloc, &rounds) == 0)) return;
+    long mapped = 0, wrong = 0;
+    while (!atomic_load(&mover_done)) {
+        size_t size = 20 * MiB + (size_t)(mapped % 7) * 4096;
+        unsigned char *block = malloc(size);
+        if (!CHECK(block != NULL)) break;
+        block[size - 1] = 1;
+        wrong += malloc_usable_size(block) < size;
+        free(block);
+        mapped++;
+    }
+    pthread_join(mover, NULL);
+    printf("realloc moves %ld, concurrent 20 MiB mappings %ld, wrong usable sizes %ld\n",
+           atomic_load(&mover_moves), mapped, wrong);
+    CHECK(wrong == 0);
+}
+
 int main(int argc, char **argv) {
     int iterations = argc > 1 ? atoi(argv[1]) : 80;
     printf("allocator: %s iterations=%d\n", allocator_name(), iterations);
@@ -177,6 +226,7 @@ int main(int argc, char **argv) {
     test_memory_returns_after_free(320 * KiB, 96 * MiB); // above every size class (256 KiB)
     test_memory_returns_after_free(24 * MiB, 120 * MiB);
     test_realloc_ladder();
+    test_realloc_move_races_mapping(iterations * 5);
     test_churn(iterations);
     size_t final = resident_now();
     printf("after churn: initial=%zu KiB final=%zu KiB\n", initial / KiB, final / KiB);

@@ -8,6 +8,7 @@
 // memory by ~1 MiB per thread; the bound below allows a few MiB in total.
 #include "testhelper.h"
 
+#include <limits.h>
 #include <pthread.h>
 
 #define KiB ((size_t)1024)
@@ -80,10 +81,73 @@ static void run_round(int round) {
     }
 }
 
+// Frees after the thread's teardown: a pthread key created after the allocator's (so its
+// destructor runs after the allocator's own in each round) that re-arms itself until glibc's
+// last destructor round, then frees blocks main allocated. The allocator must not keep them
+// (a heap created for those frees would never be destroyed, and its batch of remote frees
+// would never reach main's pages): main allocates the same sizes again each round, and the
+// process must not grow with the rounds.
+enum { LATE_BLOCKS = 16, LATE_SIZE = 24 * 1024, LATE_ROUNDS = 64, LATE_WARMUP = 4 };
+static pthread_key_t late_key;
+
+struct late_free {
+    int rearm; // destructor rounds to wait for
+    void *blocks[LATE_BLOCKS];
+};
+
+static void late_destructor(void *value) {
+    struct late_free *late = value;
+    if (late->rearm-- > 0) {
+        pthread_setspecific(late_key, late);
+        return;
+    }
+    for (int i = 0; i < LATE_BLOCKS; i++)
+        free(late->blocks[i]);
+}
+
+static void *late_thread(void *arg) {
+    free(malloc(64)); // a heap of its own, destroyed by the allocator's destructor
+    pthread_setspecific(late_key, arg);
+    return NULL;
+}
+
+static void late_round(struct late_free *late) {
+    late->rearm = PTHREAD_DESTRUCTOR_ITERATIONS - 1;
+    for (int i = 0; i < LATE_BLOCKS; i++) {
+        late->blocks[i] = malloc(LATE_SIZE);
+        memset(late->blocks[i], 0x33, LATE_SIZE);
+    }
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, late_thread, late) == 0);
+    pthread_join(thread, NULL);
+}
+
+static void test_frees_after_thread_teardown(void) {
+#if defined(__SANITIZE_THREAD__)
+    return; // ThreadSanitizer has torn down its own state of the thread by the last round
+#endif
+    free(malloc(64)); // the allocator's key exists before this one
+    CHECK(pthread_key_create(&late_key, late_destructor) == 0);
+    static struct late_free late;
+    for (int round = 0; round < LATE_WARMUP; round++)
+        late_round(&late);
+    size_t resident_before = 0, virtual_before = 0, resident_after = 0, virtual_after = 0;
+    CHECK(process_memory(&resident_before, &virtual_before));
+    for (int round = 0; round < LATE_ROUNDS; round++)
+        late_round(&late);
+    CHECK(process_memory(&resident_after, &virtual_after));
+    long growth_kib = ((long)resident_after - (long)resident_before) / 1024;
+    printf("late frees: resident_growth_kib=%ld over %d threads (%d KiB freed late by each)\n",
+           growth_kib, LATE_ROUNDS, LATE_BLOCKS * LATE_SIZE / 1024);
+    if (resident_bounds_apply())
+        CHECK(growth_kib < LATE_ROUNDS * LATE_BLOCKS * LATE_SIZE / 1024 / 8);
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 80;
     if (rounds <= WARMUP_ROUNDS) rounds = WARMUP_ROUNDS + 1;
     printf("allocator: %s threads=%d\n", allocator_name(), rounds * THREADS_PER_ROUND);
+    test_frees_after_thread_teardown();
     for (int round = 0; round < WARMUP_ROUNDS; round++)
         run_round(round);
     size_t resident_before = 0, virtual_before = 0, resident_after = 0, virtual_after = 0;

@@ -5,6 +5,7 @@
 #   fast     statically linked with $(BUILD)/fast/libhakmem.a
 #   stats    statically linked with $(BUILD)/stats/libhakmem.a
 #   debug    statically linked with $(BUILD)/debug/libhakmem.a (assertions, UBSan)
+#   secure   statically linked with $(BUILD)/secure/libhakmem.a (encoded, checked free lists)
 #   asan     ASan+UBSan binary calling the prefixed API of
 #            $(BUILD)/debug-asan/libhakmem_prefixed.a (ASan owns malloc itself)
 #   tsan     ThreadSanitizer binary calling the prefixed API of
@@ -47,7 +48,7 @@ HAKMEM_TEST_PROFILES ?= default \
     HAKMEM_SMALL_HEAP_V3_ENABLED=0,HAKMEM_TINY_HEAP_CLASSES=0xff \
     HAKMEM_SMALL_HEAP_V3_ENABLED=0,HAKMEM_TINY_HOTHEAP_V2=1,HAKMEM_TINY_HOTHEAP_CLASSES=0xff \
     HAKMEM_SS_HUGEPAGE_EXPERIMENT=1,HAKMEM_SS_MEM_LEAN=1
-HAKMEM_TEST_VARIANTS ?= fast stats debug asan preload
+HAKMEM_TEST_VARIANTS ?= fast stats debug secure asan preload
 HAKMEM_TEST_MATRIX_VARIANTS ?= fast asan
 HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
 
@@ -55,12 +56,14 @@ HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
 HAKTEST_FLAGS_dynamic :=
 HAKTEST_FLAGS_fast    := -DHAKTEST_LINKS_HAKMEM
 HAKTEST_FLAGS_stats   := -DHAKTEST_LINKS_HAKMEM
+HAKTEST_FLAGS_secure  := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_SECURE_BUILD
 HAKTEST_FLAGS_debug   := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -fsanitize=undefined -fno-omit-frame-pointer
 HAKTEST_FLAGS_asan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_DEBUG_BUILD -DHAKTEST_PREFIXED_API -Iallocator/include \
     -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
 HAKTEST_LIB_dynamic :=
 HAKTEST_LIB_fast    := $(BUILD)/fast/libhakmem.a
 HAKTEST_LIB_stats   := $(BUILD)/stats/libhakmem.a
+HAKTEST_LIB_secure  := $(BUILD)/secure/libhakmem.a
 HAKTEST_LIB_debug   := $(BUILD)/debug/libhakmem.a
 HAKTEST_LIB_asan    := $(BUILD)/debug-asan/libhakmem_prefixed.a
 HAKTEST_FLAGS_tsan    := -DHAKTEST_LINKS_HAKMEM -DHAKTEST_PREFIXED_API -Iallocator/include \
@@ -79,7 +82,7 @@ $(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1))
 	@mkdir -p $$(@D)
 	$$(CC) $$(HAKTEST_CFLAGS) $$(HAKTEST_FLAGS_$(1)) -o $$@ $$< $$(HAKTEST_LIB_$(1)) $$(HAKTEST_LDLIBS)
 endef
-$(foreach k,dynamic fast stats debug asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
+$(foreach k,dynamic fast stats debug secure asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
 
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 

@@ -1,0 +1,66 @@
+// The allocator's locks: one 32-bit word holding the owner's thread id, how many times the
+// owner holds it, and a waiters bit, so a thread can always tell whether it holds a lock
+// itself, atomically, at any instruction. That is what makes fork() safe from a signal handler
+// (init.c): a handler that interrupted this thread inside a critical section (or inside
+// fork's own prepare handler) and then forks finds the lock its own and takes it again
+// instead of waiting for itself forever, as a pthread mutex would make it. Other threads'
+// locks are waited for (they are running and will let go).
+//
+// Bits 0-21 the owner's kernel thread id (Linux never hands out ids of 2^22 or more:
+// PID_MAX_LIMIT), bits 22-30 the depth, bit 31 someone sleeps on the futex. Contended
+// acquisitions spin briefly before they sleep, as glibc's adaptive mutex did here before
+// (bench_churn's 4 threads on 2 cores made ~1,000 futex calls a run on the large lock with a
+// plain mutex; see docs/allocator.md).
+#ifndef HAK_LOCK_H
+#define HAK_LOCK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct hak_lock {
+    _Atomic uint32_t word;
+} hak_lock;
+
+#define HAK_LOCK_INIT                                                                              \
+    { 0 }
+#define HAK_LOCK_TID_MASK   ((uint32_t)0x3fffff)
+#define HAK_LOCK_DEPTH_ONE  ((uint32_t)1 << 22)
+#define HAK_LOCK_DEPTH_MASK ((uint32_t)0x1ff << 22)
+#define HAK_LOCK_WAITERS    ((uint32_t)1 << 31)
+
+// This thread's kernel id, cached (0 until the first lock; reset in a fork child).
+extern __thread uint32_t hak_lock_tid __attribute__((tls_model("initial-exec")));
+uint32_t hak_lock_tid_slow(void);
+static inline uint32_t hak_lock_self(void) {
+    uint32_t tid = hak_lock_tid;
+    return tid ? tid : hak_lock_tid_slow();
+}
+
+void hak_lock_acquire_slow(hak_lock *lock, uint32_t self);
+void hak_lock_release_slow(hak_lock *lock);
+
+static inline void hak_lock_acquire(hak_lock *lock) {
+    uint32_t self = hak_lock_self(), expected = 0;
+    if (__builtin_expect(atomic_compare_exchange_strong_explicit(
+                             &lock->word, &expected, self | HAK_LOCK_DEPTH_ONE,
+                             memory_order_acquire, memory_order_relaxed),
+                         1))
+        return;
+    hak_lock_acquire_slow(lock, self);
+}
+
+static inline void hak_lock_release(hak_lock *lock) {
+    uint32_t expected = hak_lock_tid | HAK_LOCK_DEPTH_ONE;
+    if (__builtin_expect(atomic_compare_exchange_strong_explicit(
+                             &lock->word, &expected, 0, memory_order_release, memory_order_relaxed),
+                         1))
+        return;
+    hak_lock_release_slow(lock);
+}
+
+// A fork child: only the forking thread exists, and its id is new. Every lock starts free.
+static inline void hak_lock_reset(hak_lock *lock) {
+    atomic_store_explicit(&lock->word, 0, memory_order_relaxed);
+}
+
+#endif
