@@ -23,7 +23,7 @@ from pathlib import Path
 from hakbench import paths
 from hakbench.errors import UsageError
 
-VARIANTS = ("fast", "stats", "debug", "pgo")  # pgo: fast + gcc profile feedback (pgo.mk)
+VARIANTS = ("fast", "stats", "debug", "secure", "pgo")  # pgo: fast + gcc profile feedback (pgo.mk)
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 # name -> (shared object, Debian package)
