@@ -12,11 +12,45 @@
 #include "hakmem.h"
 #include "internal.h"
 
-// The inline free fast path; the debug and secure builds check every free in full instead.
-#if defined(HAK_DEBUG) || defined(HAK_SECURE)
+// The inline free fast path; the debug build checks every free in full instead.
+#if defined(HAK_DEBUG)
 #define HAK_FREE_FAST_PATH 0
 #else
 #define HAK_FREE_FAST_PATH 1
+#endif
+
+// The secure build's tail canary: the last word of every block of a size class holds a value
+// made of the process's secret and the block's address while the block is allocated (usable
+// sizes are a word shorter), and every free checks it. An overflow out of a block crosses it
+// before it reaches the next block (whose link the pop checks), so an overflow is caught when
+// the overflowed block is freed, as glibc catches one by the next chunk's size field. Large
+// blocks are mappings of their own, with no metadata in band.
+#ifdef HAK_SECURE
+#define HAK_CANARY_SIZE sizeof(uintptr_t)
+static inline uintptr_t *canary_of(void *p, const hak_page *page) {
+    return (uintptr_t *)((char *)p + page->block_size) - 1;
+}
+static inline uintptr_t canary_value(const void *p) {
+    return hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u);
+}
+static inline void canary_arm(void *p, const hak_page *page) {
+    *canary_of(p, page) = canary_value(p);
+}
+// The free fast path's test: a block whose canary is not intact (or that is no block start at
+// all) goes to the slow path, which checks it in full and reports which it is. The canary is
+// read only where the block would end inside its superslab.
+static inline int canary_intact(void *p, const hak_page *page) {
+    uintptr_t offset = (uintptr_t)p & HAK_SS_MASK;
+    return offset + page->block_size <= HAK_SS_SIZE && *canary_of(p, page) == canary_value(p);
+}
+static void secure_check(const char *func, const hak_page *page, void *p) {
+    if (HAK_UNLIKELY(*canary_of(p, page) != canary_value(p)))
+        hak_fatal_pointer(func, "heap overflow past the end of", p);
+}
+#else
+#define HAK_CANARY_SIZE        0
+#define canary_arm(p, page)    ((void)0)
+#define canary_intact(p, page) 1
 #endif
 
 // Pops the direct page of `cls`, or NULL when it has no free block.
@@ -26,6 +60,7 @@ static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, un
     if (HAK_UNLIKELY(block == NULL)) return NULL;
     page->free = hak_link_checked(page, block);
     page->used++;
+    canary_arm(block, page);
     HAK_HOT_STAT(heap, fast, cls);
     HAK_HOT_STAT(heap, alloc, cls);
     return block;
@@ -46,42 +81,14 @@ static inline __attribute__((always_inline)) void *malloc_inline(size_t size) {
 }
 
 #ifdef HAK_SECURE
-// The secure build's tail canary: the last word of every block of a size class holds a value
-// made of the process's secret and the block's address while the block is allocated (usable
-// sizes are a word shorter), and every free checks it. An overflow out of a block crosses it
-// before it reaches the next block (whose link the pop checks), so an overflow is caught when
-// the overflowed block is freed, as glibc catches one by the next chunk's size field. Large
-// blocks are mappings of their own, with no metadata in band.
-#define HAK_CANARY_SIZE sizeof(uintptr_t)
-static inline uintptr_t *canary_of(void *p, const hak_page *page) {
-    return (uintptr_t *)((char *)p + page->block_size) - 1;
-}
-static inline uintptr_t canary_value(const void *p) {
-    return hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u);
-}
-// Arms the canary of a block just handed out (NULL and large blocks: nothing to do).
-static void *secure_arm(void *p) {
-    unsigned kind = p ? hak_registry_get((uintptr_t)p) : HAK_REG_NONE;
-    if (kind == HAK_REG_SMALL || kind == HAK_REG_MEDIUM || kind == HAK_REG_BIG) {
-        hak_page *page = hak_page_of(hak_superslab_of((uintptr_t)p), (uintptr_t)p);
-        *canary_of(p, page) = canary_value(p);
-    }
-    return p;
-}
-static void secure_check(const char *func, const hak_page *page, void *p) {
-    if (HAK_UNLIKELY(*canary_of(p, page) != canary_value(p)))
-        hak_fatal_pointer(func, "heap overflow past the end of", p);
-}
-
 HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
     if (HAK_UNLIKELY(size > PTRDIFF_MAX)) {
         errno = ENOMEM;
         return NULL;
     }
-    return secure_arm(malloc_inline(size + HAK_CANARY_SIZE));
+    return malloc_inline(size + HAK_CANARY_SIZE);
 }
 #else
-#define HAK_CANARY_SIZE 0
 HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
     return malloc_inline(size);
 }
@@ -119,7 +126,8 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         lifo = 0;
     hak_block **list = lifo ? &page->free : &page->local_free;
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
-                   !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list)) {
+                   !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list &&
+                   canary_intact(p, page))) {
         hak_link_set(block, *list);
         *list = block;
         HAK_HOT_STAT(heap, free, page->class_idx);
@@ -215,6 +223,7 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     if (block) {
         page->free = hak_link_checked(page, block);
         page->used++;
+        canary_arm(block, page);
         HAK_HOT_STAT(heap, fast, cls);
     } else {
         block = heap->route[cls]->alloc_slow(heap, cls);
@@ -224,6 +233,7 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
         }
         HAK_HOT_STAT(heap, slow, cls);
     }
+    canary_arm(block, hak_page_of(hak_superslab_of((uintptr_t)block), (uintptr_t)block));
     HAK_HOT_STAT(heap, alloc, cls);
     return block;
 }
@@ -296,9 +306,11 @@ static inline hak_page *checked_page(const char *func, hak_superslab *ss, void *
 static void free_owner(hak_heap *heap, hak_page *page, void *p) {
     hak_block *block = p;
     hak_superslab *ss = hak_superslab_of((uintptr_t)p);
-#ifdef HAK_DEBUG
+#if defined(HAK_DEBUG)
     checked_page("free", ss, p);
     if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
+#elif defined(HAK_SECURE)
+    secure_check("free", checked_page("free", ss, p), p);
 #else
     if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask) ||
                      in_header((uintptr_t)p)))
@@ -325,6 +337,9 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
     if (HAK_UNLIKELY(!page->in_use || offset >= (uintptr_t)page->capacity * page->block_size ||
                      (uint32_t)offset % page->block_size != 0))
         bad_block("free", page, p);
+#ifdef HAK_SECURE
+    secure_check("free", page, p);
+#endif
     hak_block *block = p;
     if (page->block_size >= 16) {
         uintptr_t *words = p, key = hak_remote_key ^ (uintptr_t)p;
@@ -496,11 +511,7 @@ static void *aligned_alloc_impl(size_t alignment, size_t size) {
         if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max) {
             hak_heap *heap = current_heap();
             if (!heap) return NULL;
-#ifdef HAK_SECURE
-            return secure_arm(alloc_class(heap, cls));
-#else
             return alloc_class(heap, cls);
-#endif
         }
     }
     return large_alloc(size, alignment, 0);
