@@ -158,6 +158,10 @@ def run_markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
 def scorecard_section(rows: list[dict], meta: dict, stored: str) -> str:
     """The "Heap misuse" section of SCORECARD.md, from the stored records' rows."""
     git = meta.get("git") or {}
@@ -175,7 +179,7 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str) -> str:
         "free, free of a pointer inside or outside a block, realloc of a freed block) in tiny "
         "(40 B), mid (12,000 B) and large (~1.9 MiB) blocks, then a fixed amount of ordinary "
         "malloc/free activity that would expose it (docs/misuse.md). Each pattern ran "
-        f"{meta.get('runs', 1)} time(s) under each allocator; a cell is the outcome most runs "
+        f"{_times(meta.get('runs', 1))} under each allocator; a cell is the outcome most runs "
         "had (`k/n` when they differed: address-space randomisation decides a few). A "
         f"not-caught pattern whose effect is one of {effects} handed out memory the program "
         "did not own.",
