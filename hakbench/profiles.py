@@ -227,6 +227,11 @@ def expand_workloads(
             group = name[1:].lower()
             if group not in groups:
                 known = ", ".join(f"@{g}" for g in sorted(groups)) or "none"
+                if group == "misuse":  # probes that die on purpose: no sample to judge
+                    raise UsageError(
+                        "the heap-misuse probes are no workloads (a probe that dies is a "
+                        f"result, not a failed sample): run `hakbench misuse`; groups: {known}"
+                    )
                 raise UsageError(f"unknown workload group '{name}'; known groups: {known}")
             members = groups[group]
         else:

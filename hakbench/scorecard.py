@@ -32,8 +32,9 @@ from hakbench.matrix import (
     summarize,
     summary_values,
 )
+from hakbench.misuse_model import rows_csv, rows_of
 from hakbench.scorecard_model import Scorecard
-from hakbench.store import load_samples, read_json, write_json, write_jsonl
+from hakbench.store import load_samples, read_json, read_jsonl, write_json, write_jsonl
 
 # metric -> decimals in the CSV; throughput is the primary, the others sit beside it.
 REPORT_METRICS = {"throughput": 0, "maxrss_kb": 0, "minflt": 0, "ir_per_op": 2}
@@ -46,6 +47,12 @@ KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sampl
 # are seconds long, so it is refreshed on its own: `scorecard --refresh --apps`).
 APPS_STORED_DIR = "scorecard-apps"
 APPS_KEPT_METRICS = ("cpu_s", "wall_s", "app_time_s", "app_rate", "throughput", "maxrss_kb")
+
+# The heap-misuse section: the raw probe records of `hakbench misuse` (probes.jsonl +
+# meta.json, committed), from which render classifies every probe again and writes the tidy
+# table misuse.csv beside them (`scorecard --refresh --misuse`).
+MISUSE_DIR = "misuse"
+MISUSE_CSV = "misuse.csv"
 
 CSV_NAME = "scorecard.csv"
 MD_NAME = "SCORECARD.md"
@@ -212,6 +219,10 @@ def render(results: Path, out: Path | None = None) -> list[Path]:
         section, apps_plots = apps_section(results, plots)
         markdown = markdown.rstrip("\n") + "\n\n" + section
         written += apps_plots
+    if (stored_dir(results, MISUSE_DIR) / "meta.json").exists():
+        section, table = misuse_section(results, out)
+        markdown = markdown.rstrip("\n") + "\n\n" + section
+        written.append(table)
     for name, text in (
         (CSV_NAME, csv_text(card)),
         (HISTORY_NAME, history_text(card.history)),
@@ -244,6 +255,78 @@ def apps_section(results: Path, plots: Path) -> tuple[str, list[Path]]:
     )
     head, _, rest = text.partition("\n")
     return f"{head}\n\n{where}\n{rest}\n", charts
+
+
+def load_misuse(results: Path) -> tuple[list[dict], dict]:
+    """The stored misuse records and meta; none stored is bad input (exit 2) with the fix."""
+    d = stored_dir(results, MISUSE_DIR)
+    records_file, meta_file = d / "probes.jsonl", d / "meta.json"
+    if not records_file.exists():
+        raise UsageError(
+            f"no stored misuse probes in {d} (probes.jsonl + meta.json); "
+            "run `hakbench scorecard --refresh --misuse` first"
+        )
+    records = read_jsonl(records_file)
+    if not records:
+        raise UsageError(f"{records_file} is empty; run `hakbench scorecard --refresh --misuse`")
+    return records, read_json(meta_file)
+
+
+def misuse_section(results: Path, out: Path) -> tuple[str, Path]:
+    """The "Heap misuse" section of SCORECARD.md and its tidy table ``out/misuse/misuse.csv``,
+    classified again from the records stored in ``results/misuse/`` alone."""
+    from hakbench.report.misuse_md import scorecard_section
+
+    records, meta = load_misuse(results)
+    rows = rows_of(records)
+    table = out / MISUSE_DIR / MISUSE_CSV
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(rows_csv(rows))
+    return scorecard_section(rows, meta, MISUSE_DIR), table
+
+
+def refresh_misuse(results: Path, *, command=None, on_record=None) -> Path:
+    """Run every misuse pattern under the default allocators (hakmem once per variant of
+    ``misuse.HAKMEM_VARIANTS``), store the records in ``results/misuse/`` and regenerate.
+    The stored section is replaced only when the run finished and some probe ran."""
+    from hakbench import misuse
+    from hakbench.meta import collect_meta
+    from hakbench.store import default_run_dir
+
+    targets, skipped = misuse.resolve_targets(misuse.DEFAULT_ALLOCATORS, misuse.HAKMEM_VARIANTS)
+    if not targets:
+        raise MeasurementError("no allocator to probe: every default one is unavailable")
+    patterns = misuse.list_patterns()
+    run_dir = results / "runs" / default_run_dir("scorecard-misuse").name
+    run = misuse.run_misuse(
+        targets,
+        patterns,
+        run_dir,
+        skipped=skipped,
+        meta=collect_meta(command),
+        on_record=on_record,
+    )
+    if run.interrupted:
+        raise KeyboardInterrupt
+    if all(r["outcome"] == "error" for r in run.rows):
+        raise MeasurementError(
+            f"every misuse probe failed to run; stored section left as it was; see {run_dir}"
+        )
+    meta = read_json(run_dir / "meta.json")
+    meta.pop("cwd", None)
+    meta["full_run"] = run_dir.name
+    d = stored_dir(results, MISUSE_DIR)
+    tmp = d.with_name(d.name + ".new")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write_jsonl(tmp / "probes.jsonl", run.records)
+    write_json(tmp / "meta.json", meta)
+    if d.exists():
+        shutil.rmtree(d)
+    tmp.rename(d)
+    render(results)
+    return run_dir
 
 
 def check(results: Path) -> list[str]:

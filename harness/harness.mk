@@ -17,8 +17,18 @@ ifneq ($(wildcard allocator/src/*.c),)
 HARNESS_TARGETS += $(HARNESS_TWINS)
 endif
 
+# The heap-misuse probe (docs/misuse.md): not a benchmark, so no common.o and no twin; no
+# fortify (glibc's own checks of memcpy would answer for the allocator) and no builtin
+# memcpy (the overflow by memcpy is a real call to whatever library defines it).
+MISUSE_PROBE := $(HARNESS_BIN)/misuse_probe
+HARNESS_TARGETS += $(MISUSE_PROBE)
+
 .PHONY: harness
 harness: $(HARNESS_TARGETS)
+
+$(MISUSE_PROBE): harness/misuse_probe.c
+	@mkdir -p $(@D)
+	$(CC) $(HARNESS_CFLAGS) -U_FORTIFY_SOURCE -fno-builtin-memcpy -o $@ $< -ldl
 
 $(HARNESS_OBJ)/%.o: harness/%.c harness/common.h
 	@mkdir -p $(@D)

@@ -238,3 +238,43 @@ def test_apps_section_is_stored_apart_rendered_into_the_scorecard_and_checked(re
             r["metrics"]["maxrss_kb"] *= 3
     stored_apps.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert any("SCORECARD.md" in p for p in scorecard.check(results))
+
+
+def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatch):
+    from hakbench import misuse
+
+    monkeypatch.setattr(misuse, "DEFAULT_ALLOCATORS", ("system", "hakmem"))
+    monkeypatch.setattr(misuse, "HAKMEM_VARIANTS", ["fast"])
+    monkeypatch.setattr(
+        misuse, "list_patterns", lambda build=None: ["double-free-tiny", "uaf-read-mid"]
+    )
+    scorecard.refresh_misuse(results)
+    stored = results / scorecard.MISUSE_DIR
+    records = [json.loads(line) for line in (stored / "probes.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 2 * misuse.RUNS
+    md = (results / "SCORECARD.md").read_text()
+    assert "## Heap misuse" in md and "| double-free-tiny | ✔ | ✔ |" in md
+    assert "`hakbench scorecard --refresh --misuse`" in md
+    assert (stored / "misuse.csv").read_text().count("\nhakmem,fast,hakmem:fast,") == 2
+    assert scorecard.check(results) == []
+    for r in records:  # pretend libhakmem let the double free through
+        if r["label"] == "hakmem:fast" and r["pattern"] == "double-free-tiny":
+            r.update(returncode=0, signal=None, stderr="", stdout=r["stdout"] + "end=1\n")
+    (stored / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    problems = scorecard.check(results)
+    assert any("SCORECARD.md" in p for p in problems)
+    assert any("misuse/misuse.csv" in p for p in problems)
+    scorecard.render(results)
+    assert "| double-free-tiny | ✔ | ✘ |" in (results / "SCORECARD.md").read_text()
+
+
+def test_misuse_refresh_options_go_together(tmp_path):
+    runner = CliRunner()
+    for args in (
+        ["--misuse"],
+        ["--refresh", "--misuse", "--quick"],
+        ["--refresh", "--misuse", "--apps"],
+    ):
+        result = runner.invoke(main, ["scorecard", "--results", str(tmp_path), *args])
+        assert result.exit_code == 2, args
+        assert "--misuse" in result.output

@@ -11,7 +11,7 @@ import click
 from hakbench import paths, scorecard
 from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, UsageError
 from hakbench.meta import command_line
-from hakbench.progress import progress_reporter
+from hakbench.progress import Progress, progress_reporter
 
 
 @click.command("scorecard")
@@ -21,6 +21,11 @@ from hakbench.progress import progress_reporter
     "--apps",
     is_flag=True,
     help="with --refresh: the applications-and-stress section (profiles/matrices/apps.toml)",
+)
+@click.option(
+    "--misuse",
+    is_flag=True,
+    help="with --refresh: the heap-misuse section (hakbench misuse's probes, into results/misuse/)",
 )
 @click.option("--runs", type=click.IntRange(1, 1000), help="with --refresh: measured rounds")
 @click.option(
@@ -35,7 +40,7 @@ from hakbench.progress import progress_reporter
     type=click.Path(file_okay=False, path_type=Path),
     help="results directory (default: results/)",
 )
-def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
+def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, results):
     """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
     stored in results/scorecard/ (and, for the applications-and-stress section,
     results/scorecard-apps/) alone.
@@ -49,8 +54,12 @@ def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
     results = results or paths.results_dir()
     if check and refresh:
         raise UsageError("--check compares the committed files; it does not refresh")
-    if not refresh and (quick or runs or matrix_file or apps):
-        raise UsageError("--quick, --runs, --matrix and --apps go with --refresh")
+    if not refresh and (quick or runs or matrix_file or apps or misuse):
+        raise UsageError("--quick, --runs, --matrix, --apps and --misuse go with --refresh")
+    if misuse and (quick or runs or matrix_file or apps):
+        raise UsageError(
+            "--misuse runs the probes, not a matrix: no --quick, --runs, --matrix, --apps"
+        )
     if check:
         problems = scorecard.check(results)
         if problems:
@@ -67,15 +76,20 @@ def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
     if refresh:
         started = time.monotonic()
         try:
-            run_dir = scorecard.refresh(
-                results,
-                matrix=matrix_file,
-                quick=quick,
-                runs=runs,
-                command=command_line(),
-                on_sample=progress_reporter("scorecard"),
-                apps=apps,
-            )
+            if misuse:
+                run_dir = scorecard.refresh_misuse(
+                    results, command=command_line(), on_record=_probe_progress()
+                )
+            else:
+                run_dir = scorecard.refresh(
+                    results,
+                    matrix=matrix_file,
+                    quick=quick,
+                    runs=runs,
+                    command=command_line(),
+                    on_sample=progress_reporter("scorecard"),
+                    apps=apps,
+                )
         except KeyboardInterrupt:
             click.echo("\ninterrupted; the stored scorecard was left as it was", err=True)
             sys.exit(EXIT_INTERRUPTED)
@@ -83,6 +97,20 @@ def scorecard_cmd(refresh, quick, apps, runs, matrix_file, check, results):
     else:
         scorecard.render(results)
     click.echo(f"wrote {results / scorecard.MD_NAME} and the files beside it")
+
+
+def _probe_progress():
+    """A progress bar over the misuse probes, made at the first record (its total)."""
+    state: dict = {}
+
+    def on_record(done: int, total: int, record: dict) -> None:
+        if done == 1:
+            state["bar"] = Progress(total, "misuse probes")
+        state["bar"].step(True, f"{record['label']} {record['pattern']}")
+        if done == total:
+            state["bar"].close()
+
+    return on_record
 
 
 COMMANDS = [scorecard_cmd]

@@ -1,0 +1,111 @@
+"""``hakbench misuse``: the heap-misuse probes under any allocator (issue #27)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hakbench import misuse
+from hakbench.errors import EXIT_INTERRUPTED, MeasurementError
+from hakbench.meta import collect_meta, command_line
+from hakbench.misuse_model import counts, row_of
+from hakbench.progress import Progress
+from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
+from hakbench.store import default_run_dir
+
+
+@click.command("misuse")
+@click.option(
+    "--allocator",
+    "-a",
+    "allocators",
+    multiple=True,
+    help="allocator name, PATH.so or NAME=PATH.so (repeatable) "
+    f"[default: {', '.join(misuse.DEFAULT_ALLOCATORS)}]",
+)
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    help=f"libhakmem build (repeatable) [default: {', '.join(misuse.HAKMEM_VARIANTS)}]",
+)
+@click.option(
+    "--pattern",
+    "-p",
+    "patterns",
+    multiple=True,
+    help="pattern name or shell glob, e.g. 'double-free-*' (repeatable) [default: all]",
+)
+@click.option(
+    "--runs",
+    "-n",
+    default=misuse.RUNS,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="runs per allocator and pattern (a few outcomes depend on address randomisation)",
+)
+@click.option("--list", "list_only", is_flag=True, help="print the patterns and exit")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="run directory")
+@click.option(
+    "--timeout",
+    default=misuse.TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(1, 600),
+    help="seconds per probe process (the probe ends itself after 2 s of CPU, 10 s of time)",
+)
+def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout):
+    """Run the heap-misuse probes: each pattern is one process of build/bench/misuse_probe
+    that performs one misuse and then ordinary malloc/free activity; the table says, per
+    allocator and pattern, whether the allocator caught it (stopped the process), the
+    process crashed or hung, or it finished (and what the corruption led to).
+
+    Writes probes.jsonl (raw), misuse.csv (tidy), misuse.md (matrix, counts, every probe)
+    and meta.json into the run directory; prints the counts and the matrix. A pattern not
+    caught is a result, not a failure: the exit status is 0 unless nothing could run (3).
+    """
+    known = misuse.list_patterns()
+    chosen = misuse.select_patterns(known, patterns)
+    if list_only:
+        for p in chosen:
+            click.echo(p)
+        return
+    targets, skipped = misuse.resolve_targets(
+        allocators or misuse.DEFAULT_ALLOCATORS, variants or misuse.HAKMEM_VARIANTS
+    )
+    for s in skipped:
+        click.echo(f"skipped {s['label']}: {s['reason']}", err=True)
+    if not targets:
+        raise MeasurementError("no allocator to run: every one asked for is unavailable")
+    out = out or default_run_dir("misuse")
+    bar = Progress(len(targets) * len(chosen) * runs, "misuse")
+
+    def on_record(done, total, record):
+        outcome = row_of(record)["outcome"]
+        bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
+
+    run = misuse.run_misuse(
+        targets,
+        chosen,
+        out,
+        runs=runs,
+        skipped=skipped,
+        meta=collect_meta(command_line()),
+        on_record=on_record,
+    )
+    bar.close()
+    if run.interrupted:
+        click.echo(f"interrupted; {out} holds what finished", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    for line in [*counts_lines(run.rows), "", *missed_lines(run.rows)]:
+        click.echo(line)
+    click.echo("")
+    for line in matrix_lines(run.rows):
+        click.echo(line)
+    if all(c.by_outcome["error"] == c.total for c in counts(run.rows)):
+        raise MeasurementError(f"every probe failed to run; see {out / 'misuse.md'}")
+    click.echo(f"results in {out} (misuse.md, misuse.csv, probes.jsonl)")
+
+
+COMMANDS = [misuse_cmd]
