@@ -36,7 +36,7 @@ from hakbench.profiles import closest
 DEFAULT_ALLOCATORS = ("system", "mimalloc", "jemalloc", "tcmalloc", "tbbmalloc", "hakmem")
 # libhakmem's builds the probes run against. Add "secure" here once build/secure exists
 # (and allocators.VARIANTS knows it): one word.
-HAKMEM_VARIANTS = ["fast", "debug"]
+HAKMEM_VARIANTS = ["fast", "debug", "secure"]
 TIMEOUT_S = 20.0  # the probe ends itself after 2 s of CPU or 10 s; this is the backstop
 # Runs per allocator and pattern: most outcomes repeat exactly, a few depend on where ASLR
 # put things (glibc's alignment check of a forged tcache link misses 1 time in 16).
