@@ -146,11 +146,11 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
     return 0;
 }
 
-// Is address `a` in its superslab's header? Page 0 of a big superslab (its only page) starts
-// right after the header, and its descriptor serves the header's addresses too, so a pointer
-// into the header could pass the fast path's block-boundary test and be linked into a free
-// list: a later malloc would hand out the page descriptors. (Small and medium superslabs never
-// use slot 0, so such a pointer finds a page with no owner: superslab.c.)
+// Is address `a` in its superslab's header? Page 0 of a medium or big superslab starts right
+// after the header, and its descriptor serves the header's addresses too, so a pointer into the
+// header could pass the fast path's block-boundary test and be linked into a free list: a later
+// malloc would hand out the page descriptors. (Small superslabs never use slot 0, so such a
+// pointer finds a page with no owner there: superslab.c.)
 static inline int in_header(uintptr_t a) {
     return (a & HAK_SS_MASK) < HAK_SS_HEADER_SIZE;
 }
@@ -199,7 +199,7 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
         __asm__ volatile("" ::: "memory");
         if (HAK_REGISTRY_PEEK(chunk) == HAK_REG_MEDIUM) {
             hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0));
-            if (HAK_LIKELY(free_fast(page, p, 1))) return;
+            if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
             free_miss(p, page, hak_tls_heap, HAK_SS_SIZE / 4 - 1);
             return;
         }
