@@ -445,6 +445,34 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     return p ? checked_usable_size("malloc_usable_size", p) : 0;
 }
 
+// Sized frees (C23 free_sized and free_aligned_sized, C++ sized delete: cxx.c). The debug
+// build checks the size against the block, as a mismatched delete (through a pointer to the
+// wrong type, of an array as an object) is a bug like an invalid free: it must fit the block,
+// and for an unaligned allocation be more than about half of it (a smaller size would have had
+// a smaller block: size classes are at most twice apart, large blocks a page). The fast path
+// has no use for the size: the address alone finds the page by shift and mask.
+#ifdef HAK_DEBUG
+static void check_free_size(const char *func, void *p, size_t size, int aligned) {
+    if (!p) return;
+    size_t usable = checked_usable_size(func, p);
+    if (size > usable || (!aligned && usable - size > usable / 2 + 16))
+        hak_fatal_pointer(func, "size does not match the block", p);
+}
+#else
+#define check_free_size(func, p, size, aligned) ((void)(size))
+#endif
+
+HAK_EXPORT void hak_free_sized(void *p, size_t size) {
+    check_free_size("free_sized", p, size, 0);
+    hak_free(p);
+}
+
+HAK_EXPORT void hak_free_aligned_sized(void *p, size_t alignment, size_t size) {
+    (void)alignment;
+    check_free_size("free_aligned_sized", p, size, 1);
+    hak_free(p);
+}
+
 HAK_EXPORT void *hak_calloc(size_t count, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(count, size, &total)) {
@@ -576,6 +604,8 @@ void *memalign(size_t alignment, size_t size) HAK_ALIAS(hak_memalign);
 void *valloc(size_t size) HAK_ALIAS(hak_valloc);
 void *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
 size_t malloc_usable_size(void *p) HAK_ALIAS(hak_malloc_usable_size);
+void free_sized(void *p, size_t size) HAK_ALIAS(hak_free_sized);
+void free_aligned_sized(void *p, size_t alignment, size_t size) HAK_ALIAS(hak_free_aligned_sized);
 void *__libc_malloc(size_t size) HAK_ALIAS(hak_malloc);
 void __libc_free(void *p) HAK_ALIAS(hak_free);
 void __libc_cfree(void *p) HAK_ALIAS(hak_free);
