@@ -16,9 +16,9 @@
 //   - realloc resizes in place: shrinking unmaps the tail, growing asks mremap to extend the
 //     mapping where it is and, when the neighbourhood is taken, to move it (page tables move,
 //     no byte is copied).
-//   - freed regions of up to HAK_LARGE_CACHE_REGION go to a cache (speed-first policy: up to
-//     HAK_LARGE_CACHE_COUNT regions, HAK_LARGE_CACHE_BYTES in all, each purged once it has
-//     waited HAK_LARGE_PURGE_DELAY_NS: still mapped, no longer resident),
+//   - freed regions go to a cache (speed-first policy: up to HAK_LARGE_CACHE_COUNT regions and
+//     as many bytes as the program recently had live (HAK_LARGE_CACHE_BYTES at least), each
+//     purged once it has waited HAK_LARGE_PURGE_DELAY_NS: still mapped, no longer resident),
 //     reused for a request of at most their size and at least half of it (speed-first: the
 //     rest stays mapped behind the block, so a realloc that grows it back needs no syscall and
 //     no fault) or 3/4 of it (lean); the lean policy
@@ -30,10 +30,11 @@
 //     mmap and munmap on the kernel's lock of the address space. 64 regions and 8 MiB still
 //     left bench_churn (4 threads, ~200 such blocks live) with ~900 fresh mappings and ~500
 //     voluntary context switches a run (mimalloc: ~20); 256 and 32 MiB leave ~330 mappings
-//     (its peak of live blocks) and ~270 switches. Regions up to 16 MiB are cached: a vector
-//     grown by realloc is freed at its largest, and the next one starts at half that size and
-//     grows back (bench_churn's threads' pointer arrays, 800 KiB -> 1.6 MiB: with 1 MiB as the
-//     limit each was a fresh mapping, ~7,000 of the run's 29,000 page faults).
+//     (its peak of live blocks) and ~270 switches. Regions of any size are cached within the
+//     byte limit: a vector grown by realloc is freed at its largest, and the next one starts at
+//     half that size and grows back (bench_churn's threads' pointer arrays, 800 KiB -> 1.6 MiB:
+//     with 1 MiB as the largest region cached each was a fresh mapping, ~7,000 of the run's
+//     29,000 page faults), and a loop over blocks of several MiB reuses them (issue #30).
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,10 +45,17 @@
 #include "options.h"
 
 #define HAK_LARGE_CACHE_COUNT      256
-#define HAK_LARGE_CACHE_BYTES      ((size_t)32 << 20)
+#define HAK_LARGE_CACHE_BYTES      ((size_t)32 << 20)  // speed-first: at least this, see below
+#define HAK_LARGE_CACHE_BYTES_MAX  ((size_t)1 << 30)   // and at most this
 #define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs
-#define HAK_LARGE_CACHE_REGION     ((size_t)16 << 20)  // larger regions are never cached
-#define HAK_LARGE_TABLE_MIN        1024                // entries (32 KiB)
+// Speed-first: the cache may hold as much as the program recently had live in large blocks
+// (between the two bounds above): a program that allocates, touches and frees blocks of several
+// MiB in a loop gets the same mappings back warm instead of mapping and faulting in every page
+// again each round (glibc keeps such blocks in its heap once it has freed one: its mmap
+// threshold rises to the freed size, up to 32 MiB). "Recently": the highest live total seen at
+// a free, halved every HAK_LARGE_PEAK_HALF_LIFE_NS.
+#define HAK_LARGE_PEAK_HALF_LIFE_NS ((uint64_t)1000 * 1000 * 1000)
+#define HAK_LARGE_TABLE_MIN         1024 // entries (32 KiB)
 // Regions of up to HAK_LARGE_SPAN_MAX (page-aligned requests) are cut from chunks mapped
 // HAK_LARGE_CHUNK at a time, in address order, instead of one mmap each: a mapping takes the
 // kernel's address-space lock for writing, and every other thread's page fault, mmap and
@@ -90,6 +98,8 @@ static unsigned cache_count;
 static size_t cache_bytes;
 static char *chunk_next; // the untaken rest of the current chunk
 static size_t chunk_left;
+static size_t live_peak;       // speed-first: recent highest live large bytes (see above)
+static uint64_t peak_halve_ns; // when live_peak is halved next
 
 static size_t slot_of(uintptr_t block) {
     return (size_t)((block >> 12) * 0x9e3779b97f4a7c15ULL >> 20) & (table_capacity - 1);
@@ -181,29 +191,81 @@ static char *span_take(size_t need) {
     return span;
 }
 
+// Puts the region of entry e into the cache, to be purged at `due` (0: never, or purged
+// already); under the lock, with a free cache slot.
+static void cache_add(hak_large *e, uint64_t due) {
+    e->cached = 1;
+    e->usable = 0;
+    cache[cache_count] = e->block;
+    cache_due[cache_count] = due;
+    cache_size[cache_count++] = e->map_size;
+    cache_bytes += e->map_size;
+    uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
+    if (due && (!next || due < next))
+        atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
+}
+
+// Takes cache slot i's region out of the cache; under the lock.
+static hak_large *cache_remove(unsigned i) {
+    hak_large *e = table_find(cache[i]);
+    cache_count--;
+    cache[i] = cache[cache_count];
+    cache_size[i] = cache_size[cache_count];
+    cache_due[i] = cache_due[cache_count];
+    cache_bytes -= e->map_size;
+    e->cached = 0;
+    return e;
+}
+
 // Takes the smallest cached region of at least `need` bytes that fits (see below) and is
 // aligned enough; under the lock.
 static hak_large *cache_take(size_t need, size_t alignment) {
-    // Speed-first: a region up to twice the request (the rest stays mapped behind the block,
-    // so a realloc that grows it back is served in place); lean: at most a third more.
-    size_t slack_div = hak_option[HAK_OPT_SS_MEM_LEAN] ? 4 : 2;
+    // Speed-first: a region up to twice the request is taken whole (the rest stays mapped
+    // behind the block, so a realloc that grows it back is served in place), a larger one is
+    // split and its tail stays cached; lean: a region at most a third larger, taken whole.
+    int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
-        if (size < need || size - size / slack_div > need) continue;
+        if (size < need || (lean && size - size / 4 > need)) continue;
         if (cache[i] & (alignment - 1)) continue;
         if (best == HAK_LARGE_CACHE_COUNT || size < best_size) best = i, best_size = size;
     }
     if (best == HAK_LARGE_CACHE_COUNT) return NULL;
-    hak_large *e = table_find(cache[best]);
-    cache_count--;
-    cache[best] = cache[cache_count];
-    cache_size[best] = cache_size[cache_count];
-    cache_due[best] = cache_due[cache_count];
-    cache_bytes -= e->map_size;
-    e->cached = 0;
+    uint64_t due = cache_due[best];
+    hak_large *e = cache_remove(best);
+    if (best_size / 2 > need) {
+        // The tail: a region of its own, as cached (and as due for purging) as it was.
+        uintptr_t block = e->block, tail = block + need;
+        if (table_insert(tail, best_size - need, 0)) {
+            e = table_find(block); // (inserting may have rebuilt the table)
+            e->map_size = need;
+            cache_add(table_find(tail), due);
+        } else {
+            e = table_find(block);
+        }
+    }
     return e;
+}
+
+// Speed-first, when no cached region fits a request of more than a span: the largest cached
+// region smaller than it (at least a quarter of it), taken out of the cache with its table
+// entry, to be grown by mremap: the pages it has stay resident and move with it, only the rest
+// is faulted in (a loop over blocks of 1-32 MiB otherwise faults in every block whole). Returns
+// its address and size, or 0.
+static uintptr_t cache_take_smaller(size_t need, size_t *size) {
+    unsigned best = HAK_LARGE_CACHE_COUNT;
+    for (unsigned i = 0; i < cache_count; i++)
+        if (cache_size[i] < need && cache_size[i] >= need / 4 &&
+            (best == HAK_LARGE_CACHE_COUNT || cache_size[i] > cache_size[best]))
+            best = i;
+    if (best == HAK_LARGE_CACHE_COUNT) return 0;
+    hak_large *e = cache_remove(best);
+    uintptr_t block = e->block;
+    *size = e->map_size;
+    e->block = HAK_LARGE_TOMBSTONE; // it may move: a new entry when it has (as in realloc)
+    return block;
 }
 
 // Speed-first: purges the cached regions whose delay passed (madvise: they stay mapped and
@@ -243,6 +305,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);
     hak_lock_acquire(&large_lock);
+    purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     hak_large *e = cache_count ? cache_take(need, alignment) : NULL;
     if (e) {
         e->usable = need;
@@ -272,10 +335,29 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         count_new_region(need);
         return span; // fresh (a chunk is never reused but through the cache): already zero
     }
+    size_t grown_from = 0;
+    uintptr_t smaller =
+        alignment <= HAK_OS_PAGE_SIZE && cache_count && !hak_option[HAK_OPT_SS_MEM_LEAN]
+            ? cache_take_smaller(need, &grown_from)
+            : 0;
     hak_lock_release(&large_lock);
     char *block;
     size_t map_size;
-    if (alignment <= HAK_OS_PAGE_SIZE) {
+    if (smaller) {
+        int saved = errno;
+        block = mremap((void *)smaller, grown_from, need, MREMAP_MAYMOVE);
+        errno = saved;
+        hak_stat_add(large, mremap, 1);
+        if (block == MAP_FAILED) { // out of address space: give it back, try a fresh mapping
+            hak_os_unmap((void *)smaller, grown_from);
+            hak_stat_mapped(-(long)grown_from);
+            return hak_large_alloc(size, alignment, zero);
+        }
+        hak_stat_add(large, cache_hit, 1);
+        hak_stat_mapped((long)(need - grown_from));
+        map_size = need;
+        if (zero) memset(block, 0, grown_from); // (the grown part is fresh)
+    } else if (alignment <= HAK_OS_PAGE_SIZE) {
         block = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         hak_stat_add(ss_os, mmap_total, 1);
         if (block == MAP_FAILED) return NULL;
@@ -295,8 +377,12 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         hak_stat_mapped(-(long)map_size);
         return NULL;
     }
-    count_new_region(need);
-    (void)zero; // fresh anonymous memory is already zero
+    if (smaller) {
+        hak_stat_add(large, alloc, 1);
+        hak_stat_add(large, live_kb, need / 1024);
+    } else {
+        count_new_region(need); // fresh anonymous memory is already zero
+    }
     return block;
 }
 
@@ -311,8 +397,17 @@ static hak_large *live_entry(const char *func, void *p) {
     hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
 
-static size_t cache_limit(void) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_CACHE_LEAN_BYTES : HAK_LARGE_CACHE_BYTES;
+// Under the lock, at a free (live: the large bytes live just before it).
+static size_t cache_limit(size_t live) {
+    if (hak_option[HAK_OPT_SS_MEM_LEAN]) return HAK_LARGE_CACHE_LEAN_BYTES;
+    uint64_t now = hak_coarse_now_ns();
+    if (now >= peak_halve_ns) {
+        live_peak /= 2;
+        peak_halve_ns = now + HAK_LARGE_PEAK_HALF_LIFE_NS;
+    }
+    if (live > live_peak) live_peak = live;
+    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES ? HAK_LARGE_CACHE_BYTES : live_peak;
+    return limit < HAK_LARGE_CACHE_BYTES_MAX ? limit : HAK_LARGE_CACHE_BYTES_MAX;
 }
 
 // Lean policy: every cached region goes back to the OS (called when a thread exits, so a
@@ -340,23 +435,55 @@ void hak_large_trim(void) {
     }
 }
 
+// When a region that is due for purging at `a` joins one due at `b` (0: nothing resident):
+// the joined region is purged when the older part's delay runs out, so joining never keeps
+// memory resident longer.
+static uint64_t joined_due(uint64_t a, uint64_t b) {
+    return a && b ? (a < b ? a : b) : a | b;
+}
+
+// Speed-first, a freed region about to be cached (to be purged at *due): cached regions right
+// before and after it join it (regions split off by cache_take, spans cut from one chunk), so
+// that a request larger than either finds them whole again. Returns the entry of the joined
+// region; under the lock.
+static hak_large *coalesce(hak_large *e, uint64_t *due) {
+    for (unsigned i = 0; i < cache_count;) {
+        // (A block that loses its entry so is remembered as freed, for a second free of it.)
+        if (cache[i] + cache_size[i] == e->block) { // before it: it becomes that one's tail
+            *due = joined_due(*due, cache_due[i]);
+            hak_large *before = cache_remove(i);
+            before->map_size += e->map_size;
+            recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
+            e->block = HAK_LARGE_TOMBSTONE;
+            e = before;
+            i = 0;
+        } else if (e->block + e->map_size == cache[i]) { // after it
+            *due = joined_due(*due, cache_due[i]);
+            hak_large *after = cache_remove(i);
+            e->map_size += after->map_size;
+            recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = after->block;
+            after->block = HAK_LARGE_TOMBSTONE;
+            i = 0;
+        } else {
+            i++;
+        }
+    }
+    return e;
+}
+
 void hak_large_free(void *p) {
     hak_lock_acquire(&large_lock);
     hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, e->usable / 1024);
-    if (cache_count < HAK_LARGE_CACHE_COUNT && e->map_size <= HAK_LARGE_CACHE_REGION &&
-        cache_bytes + e->map_size <= cache_limit()) {
-        e->cached = 1;
+    size_t live =
+        (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
+    if (cache_count < HAK_LARGE_CACHE_COUNT &&
+        cache_bytes + e->map_size <= cache_limit(live + e->usable)) {
         uint64_t due =
             hak_option[HAK_OPT_SS_MEM_LEAN] ? 0 : hak_coarse_now_ns() + HAK_LARGE_PURGE_DELAY_NS;
-        cache[cache_count] = e->block;
-        cache_due[cache_count] = due;
-        cache_size[cache_count++] = e->map_size;
-        cache_bytes += e->map_size;
-        uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
-        if (due && (!next || due < next))
-            atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
+        if (!hak_option[HAK_OPT_SS_MEM_LEAN]) e = coalesce(e, &due);
+        cache_add(e, due);
         purge_due_locked();
         hak_lock_release(&large_lock);
         hak_stat_add(large, cache_put, 1);
