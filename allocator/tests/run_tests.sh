@@ -27,7 +27,7 @@ build=build
 profiles=default
 variants="fast stats debug secure asan preload"
 matrix_variants=""
-tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths preload_programs"
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths test_conformance test_fork_signal preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -55,6 +55,7 @@ test_arguments() {
     asan/test_fork | debug/test_fork) echo 20 ;;
     asan/test_large) echo 40 ;;
     asan/test_paths | debug/test_paths) echo 1 ;; # debug frees walk the page's free lists
+    asan/test_fork_signal) echo 100 ;; # forks per pattern (default 200)
     *) echo "" ;;
     esac
 }
