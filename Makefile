@@ -8,6 +8,8 @@
 #                results/ must regenerate identically from results/scorecard/) + the
 #                instruction and page-fault gate (exact Ir/op and minor faults of
 #                libhakmem vs results/scorecard/gate.json)
+#   make fuzz    the differential fuzzer of the malloc API against the debug build, each
+#                profile in turn, fresh seeds (FUZZ_SECONDS=60 in all, FUZZ_PROFILES=...)
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
@@ -29,7 +31,7 @@ HAKBENCH := $(VENV)/bin/hakbench
 C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.h allocator/tests/*.c allocator/tests/*.h \
     hakbench/native/*.c
 
-.PHONY: setup build demo test test-c test-py lint format clean bench-alloc
+.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc
 
 setup: $(VENV)/.setup-stamp
 	@bash scripts/setup.sh system
@@ -49,6 +51,10 @@ test: setup build
 	$(MAKE) --no-print-directory lint
 	$(HAKBENCH) scorecard --check
 	$(HAKBENCH) gate
+
+fuzz: $(BUILD)/tests/debug/fuzz_api
+	bash allocator/tests/fuzz.sh --build "$(BUILD)" --seconds "$(FUZZ_SECONDS)" \
+	    --profiles "$(FUZZ_PROFILES)" --threads "$(FUZZ_THREADS)"
 
 test-c: test-allocator
 

@@ -567,12 +567,12 @@ HAK_EXPORT void *hak_memalign(size_t alignment, size_t size) {
     return aligned_alloc_impl(alignment, size);
 }
 
+// As glibc 2.36 (Debian 12's): memalign, so an alignment that is not a power of two is rounded
+// up rather than refused (glibc 2.38 and C17 refuse it with EINVAL; docs/allocator.md).
 HAK_EXPORT void *hak_aligned_alloc(size_t alignment, size_t size) {
-    if (alignment != 0 && !is_power_of_two(alignment)) {
-        errno = EINVAL;
-        return NULL;
-    }
-    return aligned_alloc_impl(alignment, size);
+    return hak_memalign(alignment, size);
+}
+return aligned_alloc_impl(alignment, size);
 }
 
 HAK_EXPORT void *hak_valloc(size_t size) {

@@ -27,7 +27,7 @@ build=build
 profiles=default
 variants="fast stats debug secure asan preload"
 matrix_variants=""
-tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths test_conformance test_fork_signal preload_programs"
+tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths test_conformance test_fork_signal fuzz_api preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -56,6 +56,12 @@ test_arguments() {
     asan/test_large) echo 40 ;;
     asan/test_paths | debug/test_paths) echo 1 ;; # debug frees walk the page's free lists
     asan/test_fork_signal) echo 100 ;; # forks per pattern (default 200)
+    # The fuzzer: a fixed seed (the same ops every run) and one from the clock (new ops every
+    # run), both printed; 0.5 s each, 0.25 s in the sanitized and debug builds. mimalloc
+    # needs the documented exemptions (fuzz_api.c: --portable, --mimalloc-issue-700).
+    asan/fuzz_api | debug/fuzz_api) echo "--seed 1 --seed time --seconds 0.25 --threads 2" ;;
+    mimalloc/fuzz_api) echo "--seed 1 --seed time --seconds 0.5 --threads 2 --portable --mimalloc-issue-700" ;;
+    */fuzz_api) echo "--seed 1 --seed time --seconds 0.5 --threads 2" ;;
     *) echo "" ;;
     esac
 }

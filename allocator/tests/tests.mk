@@ -23,12 +23,18 @@
 #
 # The profile matrix: the settings of profiles/*.toml (default = C7_SAFE) and the path
 # switches with every tiny class routed to the path, so each front serves all its sizes.
+# The differential fuzzer (fuzz_api) also runs under every profile in the debug build.
 # make test-allocator-reference runs the same tests under glibc and mimalloc, without
-# libhakmem, to show that the tests themselves are right.
+# libhakmem, to show that the tests themselves are right, and checks that the fuzzer catches
+# each bug planted by its self-test builds (fuzz_selftest.sh).
+#
+# make fuzz (top-level Makefile) runs fuzz_api against the debug build under each profile in
+# turn with fresh seeds: FUZZ_SECONDS in all (shared by the profiles), FUZZ_PROFILES (default
+# HAKMEM_TEST_PROFILES), FUZZ_THREADS worker threads besides the main stream.
 
 HAKTEST_DIR     := allocator/tests
 HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release \
-    test_paths test_conformance test_fork_signal
+    test_paths test_conformance test_fork_signal fuzz_api
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
 # about what the allocator really returns.
@@ -51,6 +57,9 @@ HAKMEM_TEST_PROFILES ?= default \
 HAKMEM_TEST_VARIANTS ?= fast stats debug secure asan preload
 HAKMEM_TEST_MATRIX_VARIANTS ?= fast asan
 HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
+FUZZ_SECONDS  ?= 60
+FUZZ_PROFILES ?= $(HAKMEM_TEST_PROFILES)
+FUZZ_THREADS  ?= 2
 
 # Per kind: extra compile flags and the library linked in (empty for dynamic).
 HAKTEST_FLAGS_dynamic :=
@@ -84,16 +93,31 @@ $(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1))
 endef
 $(foreach k,dynamic fast stats debug secure asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
 
+# The fuzzer in the debug build under the profiles the matrix runs in fast and asan only.
+HAKTEST_FUZZ_DEBUG_PROFILES = $(if $(filter fuzz_api,$(HAKMEM_TEST_NAMES)),$(filter-out \
+    default,$(HAKMEM_TEST_PROFILES)))
+
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 
 .PHONY: test-allocator test-allocator-reference
 test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
-    $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES))
+    $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES)) \
+    $(if $(HAKTEST_FUZZ_DEBUG_PROFILES),$(BUILD)/tests/debug/fuzz_api)
 	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
 	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
 	bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles default --variants tsan \
 	    --tests "$(HAKTEST_TSAN_NAMES)"
+	[ -z "$(HAKTEST_FUZZ_DEBUG_PROFILES)" ] || bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" \
+	    --profiles "$(HAKTEST_FUZZ_DEBUG_PROFILES)" --variants debug --tests fuzz_api
 	bash $(HAKTEST_DIR)/check_routes.sh "$(BUILD)"
 
-test-allocator-reference: $(call haktest_bins,dynamic)
+# The fuzzer's self-test builds: each plants one allocator bug (fuzz_api.c, FUZZ_SELFTEST_BUG).
+HAKTEST_SELFTEST_BUGS := 1 2 3 4 5 6 7 8
+$(BUILD)/tests/selftest/fuzz_api_bug%: $(HAKTEST_DIR)/fuzz_api.c $(HAKTEST_HEADERS) $(HAKTEST_DIR)/tests.mk
+	@mkdir -p $(@D)
+	$(CC) $(HAKTEST_CFLAGS) -DFUZZ_SELFTEST_BUG=$* -o $@ $< $(HAKTEST_LDLIBS)
+
+test-allocator-reference: $(call haktest_bins,dynamic) \
+    $(addprefix $(BUILD)/tests/selftest/fuzz_api_bug,$(HAKTEST_SELFTEST_BUGS))
 	$(HAKTEST_RUN) --variants "glibc mimalloc" --tests "$(HAKMEM_TEST_NAMES)"
+	bash $(HAKTEST_DIR)/fuzz_selftest.sh "$(BUILD)" $(HAKTEST_SELFTEST_BUGS)
