@@ -572,8 +572,6 @@ HAK_EXPORT void *hak_memalign(size_t alignment, size_t size) {
 HAK_EXPORT void *hak_aligned_alloc(size_t alignment, size_t size) {
     return hak_memalign(alignment, size);
 }
-return aligned_alloc_impl(alignment, size);
-}
 
 HAK_EXPORT void *hak_valloc(size_t size) {
     return aligned_alloc_impl(HAK_OS_PAGE_SIZE, size);
