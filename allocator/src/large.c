@@ -268,6 +268,15 @@ static uintptr_t cache_take_smaller(size_t need, size_t *size) {
     return block;
 }
 
+// Purges cache slot i's region (it stays mapped and cached, and reads as zero when reused).
+static void purge_slot(unsigned i) {
+    int saved = errno;
+    madvise((void *)cache[i], cache_size[i], MADV_DONTNEED);
+    errno = saved;
+    hak_stat_add(ss_os, madvise, 1);
+    cache_due[i] = 0;
+}
+
 // Speed-first: purges the cached regions whose delay passed (madvise: they stay mapped and
 // cached, and read as zero when reused). Under the lock, so no thread takes a region while
 // its pages are being dropped; it runs only when a deadline has passed (the clock is read
@@ -277,18 +286,14 @@ static void purge_due_locked(void) {
     if (!due) return;
     uint64_t now = hak_coarse_now_ns(), next = 0;
     if (now < due) return;
-    int saved = errno;
     for (unsigned i = 0; i < cache_count; i++) {
         if (!cache_due[i]) continue;
         if (cache_due[i] <= now) {
-            madvise((void *)cache[i], cache_size[i], MADV_DONTNEED);
-            hak_stat_add(ss_os, madvise, 1);
-            cache_due[i] = 0;
+            purge_slot(i);
         } else if (!next || cache_due[i] < next) {
             next = cache_due[i];
         }
     }
-    errno = saved;
     atomic_store_explicit(&cache_next_due, next, memory_order_relaxed);
 }
 
@@ -447,7 +452,20 @@ static uint64_t joined_due(uint64_t a, uint64_t b) {
 // that a request larger than either finds them whole again. Returns the entry of the joined
 // region; under the lock.
 static hak_large *coalesce(hak_large *e, uint64_t *due) {
+    uint64_t now = 0;
     for (unsigned i = 0; i < cache_count;) {
+        int adjacent = cache[i] + cache_size[i] == e->block || e->block + e->map_size == cache[i];
+        if (adjacent && cache_due[i]) { // a neighbour whose delay ran out is purged first
+            if (!now) now = hak_coarse_now_ns();
+            if (cache_due[i] <= now) purge_slot(i);
+        }
+        // Only regions alike join: resident with resident, purged with purged. A warm region
+        // joined to a purged one would be handed out from the purged end as often as not.
+        if (adjacent && !cache_due[i] != !*due) adjacent = 0;
+        if (!adjacent) {
+            i++;
+            continue;
+        }
         // (A block that loses its entry so is remembered as freed, for a second free of it.)
         if (cache[i] + cache_size[i] == e->block) { // before it: it becomes that one's tail
             *due = joined_due(*due, cache_due[i]);
@@ -457,15 +475,13 @@ static hak_large *coalesce(hak_large *e, uint64_t *due) {
             e->block = HAK_LARGE_TOMBSTONE;
             e = before;
             i = 0;
-        } else if (e->block + e->map_size == cache[i]) { // after it
+        } else { // after it
             *due = joined_due(*due, cache_due[i]);
             hak_large *after = cache_remove(i);
             e->map_size += after->map_size;
             recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = after->block;
             after->block = HAK_LARGE_TOMBSTONE;
             i = 0;
-        } else {
-            i++;
         }
     }
     return e;
@@ -504,6 +520,30 @@ size_t hak_large_usable(const char *func, void *p) {
     return usable;
 }
 
+// realloc growing block e to `need` bytes when the region right after it is cached (the tail
+// cache_take split off, a neighbour freed): the block takes what it needs of it, in place, with
+// no syscall and, while that region is warm, no page fault; the rest stays cached. 0 when there
+// is no such region or it is too small. Under the lock.
+static int grow_into_cached_neighbour(hak_large *e, size_t need) {
+    uintptr_t end = e->block + e->map_size, block = e->block;
+    for (unsigned i = 0; i < cache_count; i++) {
+        if (cache[i] != end || e->map_size + cache_size[i] < need) continue;
+        uint64_t due = cache_due[i];
+        hak_large *next = cache_remove(i);
+        size_t total = e->map_size + next->map_size;
+        next->block = HAK_LARGE_TOMBSTONE;
+        if (total > need && table_insert(block + need, total - need, 0))
+            cache_add(table_find(block + need), due);
+        else
+            need = total;
+        e = table_find(block); // (inserting may have rebuilt the table)
+        e->map_size = need;
+        e->usable = need;
+        return 1;
+    }
+    return 0;
+}
+
 // Resizes large block p to `size` (above the mid pool) without copying: returns the block (p
 // or where mremap moved it), or NULL when the caller must allocate, copy and free.
 void *hak_large_realloc(void *p, size_t size) {
@@ -528,6 +568,13 @@ void *hak_large_realloc(void *p, size_t size) {
             hak_os_unmap((char *)p + need, map_size - need);
             hak_stat_mapped(-(long)(map_size - need));
         }
+        return p;
+    }
+    if (grow_into_cached_neighbour(e, need)) {
+        hak_lock_release(&large_lock);
+        hak_stat_sub(large, live_kb, usable / 1024);
+        hak_stat_add(large, live_kb, need / 1024);
+        hak_stat_add(large, realloc_in_place, 1);
         return p;
     }
     // The entry leaves the table before the lock is dropped for the call: if mremap moves the

@@ -53,7 +53,7 @@
 
 // No progress for this long means a deadlock: a step of any pattern takes milliseconds.
 #ifndef STALL_SECONDS
-#define STALL_SECONDS 3.0
+#define STALL_SECONDS 10.0
 #endif
 // However much progress, a pattern may not take longer than this.
 #define PATTERN_MAX_SECONDS 120.0
