@@ -98,69 +98,96 @@ check_stats_file() {
     [ -z "$bad" ] || { echo "stats: lines not in the stats format: $bad"; return 1; }
 }
 
-total=0
-failed=0
-failed_names=()
-for profile in $profiles; do
-    profile_env=()
+# One combination: runs it, prints its PASS/FAIL line (one write, so lines of parallel jobs do
+# not mix) and, for a failure, the end of its log; leaves "PASS" or "FAIL <name>" in $log.result.
+run_one() {
+    local profile=$1 variant=$2 test=$3 profile_dir kind command arguments log_dir log stats_file
+    local profile_env=() run_env=() start status seconds result
     [ "$profile" = default ] || IFS=, read -r -a profile_env <<<"$profile"
     profile_dir=$(echo "$profile" | tr -c 'A-Za-z0-9_=.\n-' '_')
+    kind=$(binary_kind "$variant")
+    if [ "$test" = preload_programs ]; then
+        case "$variant" in
+        preload) command=(bash allocator/tests/preload_programs.sh "$build/fast/libhakmem.so") ;;
+        mimalloc) command=(bash allocator/tests/preload_programs.sh "$mimalloc_library") ;;
+        esac
+    else
+        read -r -a arguments <<<"$(test_arguments "$variant" "$test")"
+        command=("$build/tests/$kind/$test" "${arguments[@]}")
+    fi
+    log_dir="$build/tests/logs/$profile_dir/$variant"
+    mkdir -p "$log_dir"
+    log="$log_dir/$test.log"
+    stats_file="$log_dir/$test.stats"
+    rm -f "$stats_file" "$log.result"
+    # preload_programs sets LD_PRELOAD per program itself.
+    [ "$test" = preload_programs ] ||
+        read -r -a run_env <<<"$(variant_environment "$variant" "$(realpath -m "$stats_file")")"
+    start=$EPOCHREALTIME
+    env -i PATH="$PATH" HOME="${HOME:-/root}" LC_ALL=C "${profile_env[@]}" "${run_env[@]}" \
+        timeout "$test_timeout_seconds" "${command[@]}" >"$log" 2>&1
+    status=$?
+    seconds=$(awk -v start="$start" -v end="$EPOCHREALTIME" 'BEGIN { print end - start }')
+    if [ $status -eq 0 ] && [ "$variant" = stats ] && [ "$test" != preload_programs ]; then
+        check_stats_file "$stats_file" >>"$log" || status=1
+    fi
+    # A profile naming an option libhakmem does not have would silently test the defaults
+    # instead; libhakmem reports such names, and that fails the combination.
+    if [ $status -eq 0 ] && grep -q '^hakmem: unknown option' "$log"; then
+        echo "profile sets an option libhakmem does not know" >>"$log"
+        status=1
+    fi
+    result=PASS
+    [ $status -eq 0 ] || result=FAIL
+    local report
+    report=$(printf '%s %7.2fs  %-10s %-8s %s\n' "$result" "$seconds" "$profile" "$variant" "$test")
+    if [ $result = FAIL ]; then
+        report+=$'\n'"    exit status $status; last lines of $log:"$'\n'
+        report+=$(tail -n 15 "$log" | sed 's/^/    | /')
+        echo "FAIL $profile/$variant/$test" >"$log.result"
+    else
+        echo PASS >"$log.result"
+    fi
+    printf '%s\n' "$report"
+}
+
+# Combinations run `jobs` at a time (HAKMEM_TEST_JOBS, default: the machine's cores): most are
+# a single thread waiting on nothing, and on 2 cores two at a time took the matrix from ~4.5 to
+# ~2.5 minutes. Their bounds are not timings, and the fork test's stall limit allows for it.
+jobs=${HAKMEM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+results=()
+running=0
+for profile in $profiles; do
     profile_variants=$variants
     [ "$profile" = default ] || [ -z "$matrix_variants" ] || profile_variants=$matrix_variants
+    profile_dir=$(echo "$profile" | tr -c 'A-Za-z0-9_=.\n-' '_')
     for variant in $profile_variants; do
         if [ "$variant" = mimalloc ] && [ ! -e "$mimalloc_library" ]; then
             echo "SKIP variant mimalloc: $mimalloc_library is not installed"
             continue
         fi
-        kind=$(binary_kind "$variant")
         for test in $tests; do
-            if [ "$test" = preload_programs ]; then
-                case "$variant" in
-                preload) command=(bash allocator/tests/preload_programs.sh "$build/fast/libhakmem.so") ;;
-                mimalloc) command=(bash allocator/tests/preload_programs.sh "$mimalloc_library") ;;
-                *) continue ;;
-                esac
-            else
-                read -r -a arguments <<<"$(test_arguments "$variant" "$test")"
-                command=("$build/tests/$kind/$test" "${arguments[@]}")
+            if [ "$test" = preload_programs ] && [ "$variant" != preload ] &&
+                [ "$variant" != mimalloc ]; then
+                continue
             fi
-            log_dir="$build/tests/logs/$profile_dir/$variant"
-            mkdir -p "$log_dir"
-            log="$log_dir/$test.log"
-            stats_file="$log_dir/$test.stats"
-            rm -f "$stats_file"
-            run_env=()
-            # preload_programs sets LD_PRELOAD per program itself.
-            [ "$test" = preload_programs ] ||
-                read -r -a run_env <<<"$(variant_environment "$variant" "$(realpath -m "$stats_file")")"
-            start=$EPOCHREALTIME
-            env -i PATH="$PATH" HOME="${HOME:-/root}" LC_ALL=C "${profile_env[@]}" "${run_env[@]}" \
-                timeout "$test_timeout_seconds" "${command[@]}" >"$log" 2>&1
-            status=$?
-            seconds=$(awk -v start="$start" -v end="$EPOCHREALTIME" 'BEGIN { print end - start }')
-            if [ $status -eq 0 ] && [ "$variant" = stats ] && [ "$test" != preload_programs ]; then
-                check_stats_file "$stats_file" >>"$log" || status=1
+            results+=("$build/tests/logs/$profile_dir/$variant/$test.log.result")
+            if [ $running -ge "$jobs" ]; then
+                wait -n
+                running=$((running - 1))
             fi
-            # A profile naming an option libhakmem does not have would silently test the
-            # defaults instead; libhakmem reports such names, and that fails the combination.
-            if [ $status -eq 0 ] && grep -q '^hakmem: unknown option' "$log"; then
-                echo "profile sets an option libhakmem does not know" >>"$log"
-                status=1
-            fi
-            total=$((total + 1))
-            result=PASS
-            if [ $status -ne 0 ]; then
-                result=FAIL
-                failed=$((failed + 1))
-                failed_names+=("$profile/$variant/$test")
-            fi
-            printf '%s %7.2fs  %-10s %-8s %s\n' "$result" "$seconds" "$profile" "$variant" "$test"
-            if [ $result = FAIL ]; then
-                echo "    exit status $status; last lines of $log:"
-                tail -n 15 "$log" | sed 's/^/    | /'
-            fi
+            run_one "$profile" "$variant" "$test" &
+            running=$((running + 1))
         done
     done
 done
+wait
+total=${#results[@]}
+failed_names=()
+for result in "${results[@]}"; do
+    line=$(cat "$result" 2>/dev/null || echo "FAIL ${result%.log.result} (no result)")
+    [ "$line" = PASS ] || failed_names+=("${line#FAIL }")
+done
+failed=${#failed_names[@]}
 echo "run_tests: $total combinations, $((total - failed)) passed, $failed failed"
 [ $failed -eq 0 ] || { printf '  failed: %s\n' "${failed_names[@]}"; exit 1; }
