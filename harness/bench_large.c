@@ -40,17 +40,6 @@ static void check_pages(const unsigned char *block, uint64_t slot, uint64_t size
         if (block[page * PAGE] != page_tag(slot, page)) hb_block_overwritten(block, size);
 }
 
-/* Power-of-two range first, uniform inside: as many 40 KiB blocks as 40 MiB ones. */
-static uint64_t log_uniform_size(hb_rng *rng, uint64_t min_size, uint64_t max_size) {
-    unsigned lo_bit = 63 - (unsigned)__builtin_clzll(min_size);
-    unsigned hi_bit = 63 - (unsigned)__builtin_clzll(max_size);
-    unsigned bit = lo_bit + (unsigned)hb_rng_below(rng, hi_bit - lo_bit + 1);
-    uint64_t lo = 1ull << bit, hi = bit >= 63 ? UINT64_MAX : (2ull << bit) - 1;
-    if (lo < min_size) lo = min_size;
-    if (hi > max_size) hi = max_size;
-    return hb_rng_between(rng, lo, hi);
-}
-
 int main(int argc, char **argv) {
     hb_init("bench_large", usage);
     uint64_t ops = 400, live = 16, min_size = 32768, max_size = 64ull << 20, seed = 1;
@@ -78,7 +67,7 @@ int main(int argc, char **argv) {
         uint64_t slot = hb_rng_below(&rng, live);
         unsigned char *block = blocks[slot];
         if (!block) {
-            uint64_t size = log_uniform_size(&rng, min_size, max_size);
+            uint64_t size = hb_rng_log_uniform(&rng, min_size, max_size);
             block = hb_malloc(size);
             touch_pages(block, slot, 0, size);
             blocks[slot] = block;
@@ -86,7 +75,7 @@ int main(int argc, char **argv) {
             mallocs++;
             hb_checksum_add(&checksum, hb_malloc_event(slot, size));
         } else if (hb_rng_below(&rng, 2)) {
-            uint64_t old_size = sizes[slot], size = log_uniform_size(&rng, min_size, max_size);
+            uint64_t old_size = sizes[slot], size = hb_rng_log_uniform(&rng, min_size, max_size);
             block = hb_realloc(block, size);
             check_pages(block, slot, old_size < size ? old_size : size);
             touch_pages(block, slot, old_size, size);

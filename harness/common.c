@@ -345,3 +345,9 @@ void hb_print_result_and_rss_end(uint64_t ops, double seconds, uint64_t checksum
 void hb_flush_stdout(void) {
     if (fflush(stdout) != 0) hb_runtime_error("cannot write to stdout");
 }
+
+long hb_minflt(void) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_SELF, &usage) != 0) return -1;
+    return usage.ru_minflt;
+}

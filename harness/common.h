@@ -12,6 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* C++ programs (bench_larson_cxx) include this header too: C linkage, no C-only keywords. */
+#ifdef __cplusplus
+#define HB_NORETURN [[noreturn]]
+extern "C" {
+#else
+#define HB_NORETURN _Noreturn
+#endif
+
 /* Exit statuses: 0 success, 1 runtime failure (malloc returned NULL, corruption, thread
  * start failed), 2 bad arguments. */
 enum { HB_EXIT_RUNTIME = 1, HB_EXIT_USAGE = 2 };
@@ -28,9 +36,9 @@ enum { HB_EXIT_RUNTIME = 1, HB_EXIT_USAGE = 2 };
 void hb_init(const char *program_name, const char *usage);
 
 /* One line on stderr `bench_xxx: <message> (see --help)`, exit status 2. */
-_Noreturn void hb_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+HB_NORETURN void hb_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* One line on stderr `bench_xxx: <message>`, exit status 1. */
-_Noreturn void hb_runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+HB_NORETURN void hb_runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef enum { HB_OPT_U64, HB_OPT_DOUBLE } hb_option_kind;
 
@@ -95,6 +103,18 @@ static inline uint64_t hb_rng_between(hb_rng *rng, uint64_t lo, uint64_t hi) {
     return lo + hb_rng_below(rng, hi - lo + 1);
 }
 
+/* Log-uniform in [lo, hi] (1 <= lo <= hi): a power-of-two range first, each equally likely,
+ * then uniform inside it; as many 40 KiB blocks as 40 MiB ones. */
+static inline uint64_t hb_rng_log_uniform(hb_rng *rng, uint64_t lo, uint64_t hi) {
+    unsigned lo_bit = 63 - (unsigned)__builtin_clzll(lo);
+    unsigned hi_bit = 63 - (unsigned)__builtin_clzll(hi);
+    unsigned bit = lo_bit + (unsigned)hb_rng_below(rng, hi_bit - lo_bit + 1);
+    uint64_t from = 1ull << bit, to = bit >= 63 ? UINT64_MAX : (2ull << bit) - 1;
+    if (from < lo) from = lo;
+    if (to > hi) to = hi;
+    return hb_rng_between(rng, from, to);
+}
+
 /* Seeds the stream of one thread in one round (or generation): every (seed, a, b) gets its
  * own sequence, so a thread's ops do not depend on which threads ran before it. */
 static inline void hb_rng_seed_stream(hb_rng *rng, uint64_t seed, uint64_t a, uint64_t b) {
@@ -133,7 +153,7 @@ static inline void hb_fill_block(unsigned char *block, uint64_t size, unsigned c
     block[0] = tag;
     block[size - 1] = tag;
 }
-_Noreturn void hb_block_overwritten(const unsigned char *block, uint64_t size);
+HB_NORETURN void hb_block_overwritten(const unsigned char *block, uint64_t size);
 /* Exits with a runtime error when the first or last byte was overwritten. */
 static inline void hb_verify_block(const unsigned char *block, uint64_t size, unsigned char tag) {
     if (__builtin_expect(block[0] != tag || block[size - 1] != tag, 0))
@@ -160,15 +180,15 @@ static inline uint64_t hb_verify_sized(const unsigned char *block) {
 
 /* ---- allocation and threads ---- */
 
-_Noreturn void hb_alloc_failed(const char *function, uint64_t size);
+HB_NORETURN void hb_alloc_failed(const char *function, uint64_t size);
 
 static inline unsigned char *hb_malloc(uint64_t size) {
-    unsigned char *block = malloc(size);
+    unsigned char *block = (unsigned char *)malloc(size);
     if (__builtin_expect(!block, 0)) hb_alloc_failed("malloc", size);
     return block;
 }
 static inline unsigned char *hb_realloc(void *block, uint64_t size) {
-    unsigned char *moved = realloc(block, size);
+    unsigned char *moved = (unsigned char *)realloc(block, size);
     if (__builtin_expect(!moved, 0)) hb_alloc_failed("realloc", size);
     return moved;
 }
@@ -270,5 +290,12 @@ void hb_print_result(uint64_t ops, double seconds, uint64_t checksum);
 void hb_print_result_and_rss_end(uint64_t ops, double seconds, uint64_t checksum);
 /* Flushes stdout; a failed write (closed pipe, full disk) is a runtime error. */
 void hb_flush_stdout(void);
+
+/* Minor page faults of the whole process so far (getrusage), -1 if unavailable. */
+long hb_minflt(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

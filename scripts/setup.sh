@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 PKGS=(gcc make python3-venv linux-perf valgrind strace clang-format git perl sqlite3
-      libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 libtbbmalloc2 time
+      g++ libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 libtbbmalloc2 time
       python3 lua5.4 redis-server redis-tools ghostscript z3)
 # (the second line: the programs of the `apps` command workloads, profiles/workloads.toml)
 

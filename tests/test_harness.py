@@ -97,6 +97,29 @@ WORKLOADS = {
             "steps",
         },
     ),
+    "bench_bigblock": (
+        ["--rounds", "6", "--live", "2", "--min", "65536", "--max", "2097152", "--seed", "3"],
+        lambda v: int(v["mallocs"]) + int(v["frees"]),
+        STRESS_KEYS | {"minflt", "mallocs", "frees", "rounds", "live", "min", "max", "stride"},
+    ),
+    "bench_larson_cxx": (
+        ["--threads", "3", "--generations", "3", "--steps", "2000", "--slots", "200"],
+        2 * 3 * 3 * 2000,
+        STRESS_KEYS | {"threads", "generations", "steps", "slots", "min", "max"},
+    ),
+    "bench_thread_churn": (
+        ["--threads", "3", "--rounds", "3", "--scale", "2", "--transfer", "64"]
+        + ["--handoff-percent", "30"],
+        # every block's malloc and free, and per thread and round: the keep array's malloc and
+        # free, the pointer array's realloc and free (one step of 100000 entries)
+        lambda v: 2 * int(v["mallocs"]) + 3 * 3 * 4,
+        STRESS_KEYS | {"mallocs", "threads", "rounds", "scale", "transfer", "big_percent"},
+    ),
+    "bench_random_st": (
+        ["--steps", "20000", "--short", "16", "--medium", "200", "--long", "500", "--seed", "3"],
+        lambda v: 2 * int(v["mallocs"]),
+        STRESS_KEYS | {"mallocs", "frees", "steps", "short", "medium", "long", "min", "max"},
+    ),
 }
 DETERMINISTIC = sorted(WORKLOADS)
 CONTRACT_KEYS = {"ops", "seconds", "checksum", "maxrss_kb", "malloc_impl"}
@@ -194,6 +217,10 @@ def test_output_contract(bench_dir, program):
         ("bench_xmalloc", ["--batches", "0"]),
         ("bench_cache_scratch", ["--mode", "thrash", "--iters", "0"]),
         ("bench_leak_grow", ["--rounds", "0"]),
+        ("bench_bigblock", ["--rounds", "0"]),
+        ("bench_larson_cxx", ["--generations", "0"]),
+        ("bench_thread_churn", ["--rounds", "0"]),
+        ("bench_random_st", ["--steps", "0"]),
     ],
 )
 def test_zero_iterations_measure_start_up_only(bench_dir, program, args):
@@ -256,6 +283,10 @@ def test_hakmem_twin_same_checksum_and_names_itself(bench_dir, program):
         ("bench_xmalloc", ["--seed", "9"]),
         ("bench_cache_scratch", ["--seed", "9"]),
         ("bench_leak_grow", ["--seed", "9"]),
+        ("bench_bigblock", ["--seed", "9"]),
+        ("bench_larson_cxx", ["--seed", "9"]),
+        ("bench_thread_churn", ["--seed", "9"]),
+        ("bench_random_st", ["--seed", "9"]),
     ],
 )
 def test_checksum_follows_the_op_sequence(bench_dir, program, changed):
@@ -349,6 +380,16 @@ BAD_ARGUMENTS = [
     ("bench_cache_scratch", ["--mode", "thrash", "--size", "0"]),
     ("bench_leak_grow", ["--leak-permille", "1001"]),
     ("bench_leak_grow", ["--ws", "0"]),
+    ("bench_bigblock", ["--live", "0"]),
+    ("bench_bigblock", ["--stride", "4"]),
+    ("bench_bigblock", ["--min", "4", "--max", "64"]),
+    ("bench_larson_cxx", ["--slots", "0"]),
+    ("bench_larson_cxx", ["--min", "100", "--max", "10"]),
+    ("bench_thread_churn", ["--threads", "0"]),
+    ("bench_thread_churn", ["--big-percent", "101"]),
+    ("bench_thread_churn", ["--handoff-percent", "101"]),
+    ("bench_random_st", ["--long", "0"]),
+    ("bench_random_st", ["--max", "99999999"]),
 ]
 
 

@@ -1,5 +1,6 @@
 """The stress programs (bench_churn, bench_prodcons_mem, bench_large, bench_larson,
-bench_xmalloc, bench_cache_scratch, bench_leak_grow) beyond the common contract that
+bench_xmalloc, bench_cache_scratch, bench_leak_grow, and issue #30's bench_bigblock,
+bench_larson_cxx, bench_thread_churn, bench_random_st) beyond the common contract that
 test_harness.py checks for every program: what each one claims to do shows in its output.
 
 Every run is short and nothing here asserts on time."""
@@ -20,6 +21,10 @@ STRESS_PROGRAMS = {
     "bench_xmalloc",
     "bench_cache_scratch",
     "bench_leak_grow",
+    "bench_bigblock",
+    "bench_larson_cxx",
+    "bench_thread_churn",
+    "bench_random_st",
 }
 
 
@@ -43,6 +48,12 @@ def kib(values, key):
         ("bench_xmalloc", ["--pairs", "3", "--batches", "200", "--queue", "1"]),
         ("bench_prodcons_mem", ["--pairs", "3", "--count", "2000", "--quiet-ms", "0"]),
         ("bench_cache_scratch", ["--mode", "thrash", "--threads", "4", "--iters", "100"]),
+        ("bench_larson_cxx", ["--threads", "4", "--generations", "3", "--steps", "3000"]),
+        # a tiny transfer array: every swap brings in another thread's block
+        (
+            "bench_thread_churn",
+            ["--threads", "4", "--rounds", "3", "--scale", "2", "--transfer", "8"],
+        ),
     ],
 )
 def test_threaded_checksums_do_not_depend_on_scheduling(bench_dir, program, args):
@@ -113,6 +124,34 @@ def test_leak_grow_keeps_the_leak_resident(bench_dir):
     assert kib(tight, "rss_leaked_kb") < kib(leaking, "rss_leaked_kb")
 
 
+def test_bigblock_writes_every_page_and_counts_its_faults(bench_dir):
+    """One 8 MiB block, fresh from the OS under glibc (above its mmap threshold): every page
+    written means at least one fault per page, and the peak holds them all."""
+    size = 8 << 20
+    args = ["--rounds", "1", "--min", str(size), "--max", str(size)]
+    values = result_of(bench_dir, "bench_bigblock", args)
+    assert (values["mallocs"], values["frees"]) == ("1", "1")
+    assert int(values["minflt"]) >= size // 4096
+    assert kib(values, "maxrss_kb") >= size // 1024
+
+
+def test_bigblock_live_blocks_are_freed_out_of_order(bench_dir):
+    args = ["--rounds", "20", "--live", "3", "--min", "65536", "--max", "1048576"]
+    values = result_of(bench_dir, "bench_bigblock", [*args, "--stride", "64"])
+    assert values["mallocs"] == values["frees"] == "20"
+    assert values["stride"] == "64"
+
+
+def test_thread_churn_handed_off_blocks_survive_their_thread(bench_dir):
+    """Long-lived blocks left to the next round's thread are checked word by word when it
+    frees them: a lost or overwritten block would be a runtime error (exit 1)."""
+    args = ["--threads", "2", "--rounds", "4", "--scale", "3", "--transfer", "32"]
+    kept = result_of(bench_dir, "bench_thread_churn", [*args, "--handoff-percent", "100"])
+    plain = result_of(bench_dir, "bench_thread_churn", args)
+    assert kept["mallocs"] == plain["mallocs"]
+    assert kept["checksum"] != plain["checksum"]
+
+
 def test_churn_retained_blocks_survive_rounds(bench_dir):
     """Blocks kept across rounds are checked by the thread that frees them: a lost or
     overwritten block would be a runtime error (exit 1)."""
@@ -150,6 +189,10 @@ def test_stress_workloads_run_under_libhakmem_with_fewer_iterations(bench_dir, l
             args[args.index("--steps") + 1] = "5000"
         if workload.program == "bench_prodcons_mem":
             args[args.index("--quiet-ms") + 1] = "0"
+        if workload.program == "bench_larson_cxx":
+            args[args.index("--steps") + 1] = "5000"
+        if workload.program == "bench_thread_churn":
+            args[args.index("--scale") + 1] = "2"
         system = result_of(bench_dir, workload.program, args)
         preloaded = parse_result(
             run_bench(bench_dir, workload.program, args, preload=library).stdout
@@ -172,13 +215,19 @@ def test_stress_workloads_name_their_groups(repo_root):
             "cache_scratch",
             "cache_thrash",
             "leak_grow",
+            "bigblock",
+            "bigblock_live4",
+            "larson_cxx",
+            "thread_churn",
+            "random_st",
         ]
     )
+    single = {"large", "leak_grow", "bigblock", "bigblock_live4", "random_st"}
     for name in stress:
         workload = table[name]
         assert workload["iters_flag"] in workload["args"], name
         threads = workload.get("threads", 1)
-        assert (threads > 1) == (name not in {"large", "leak_grow"}), name
+        assert (threads > 1) == (name not in single), name
 
 
 # ---- memory: libhakmem's peak RSS against the references, measured in the same run ----
