@@ -16,14 +16,17 @@
 //   - realloc resizes in place: shrinking unmaps the tail, growing asks mremap to extend the
 //     mapping where it is and, when the neighbourhood is taken, to move it (page tables move,
 //     no byte is copied).
-//   - freed regions go to a cache (speed-first policy: up to HAK_LARGE_CACHE_COUNT regions and
-//     as many bytes as the program recently had live (HAK_LARGE_CACHE_BYTES at least), each
-//     purged once it has waited HAK_LARGE_PURGE_DELAY_NS: still mapped, no longer resident),
-//     reused for a request of at most their size and at least half of it (speed-first: the
-//     rest stays mapped behind the block, so a realloc that grows it back needs no syscall and
-//     no fault) or 3/4 of it (lean); the lean policy
-//     keeps at most HAK_LARGE_CACHE_LEAN_BYTES, gives back the tail a reused region has beyond
-//     the request, and empties the cache whenever a thread exits (hak_large_trim).
+//   - freed regions go to a cache: up to HAK_LARGE_CACHE_COUNT regions and as many bytes as
+//     the program recently had live (HAK_LARGE_CACHE_BYTES at least, see below), each purged
+//     once it has waited HAK_LARGE_PURGE_DELAY_NS (lean policy: HAK_LARGE_LEAN_PURGE_DELAY_NS,
+//     and at every thread exit: hak_large_trim): still mapped, no longer resident. A request
+//     takes the smallest cached region that holds it: whole when it is at most twice the
+//     request (speed-first: the rest stays mapped behind the block, so a realloc that grows
+//     it back needs no syscall and no fault; lean: the rest is purged), else split, its tail
+//     cached; when none holds it, the largest smaller one grown by mremap (its pages move
+//     warm). A freed region joins the cached regions beside it (resident with resident). The
+//     lean policy cached 512 KiB before issue #30 and unmapped it at every thread exit:
+//     bench_thread_churn under BALANCED then mapped 5,251 large regions a run, 272 now.
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
 //     an mmap, a munmap and 8-16 page faults for every one of them (bench_churn under
 //     BALANCED: 19x glibc's page faults), and its threads' page faults wait for each other's
@@ -44,10 +47,9 @@
 #include "internal.h"
 #include "options.h"
 
-#define HAK_LARGE_CACHE_COUNT      256
-#define HAK_LARGE_CACHE_BYTES      ((size_t)32 << 20)  // speed-first: at least this, see below
-#define HAK_LARGE_CACHE_BYTES_MAX  ((size_t)1 << 30)   // and at most this
-#define HAK_LARGE_CACHE_LEAN_BYTES ((size_t)512 << 10) // lean policy (BALANCED), see docs
+#define HAK_LARGE_CACHE_COUNT     256
+#define HAK_LARGE_CACHE_BYTES     ((size_t)32 << 20) // speed-first: at least this, see below
+#define HAK_LARGE_CACHE_BYTES_MAX ((size_t)1 << 30)  // and at most this
 // Speed-first: the cache may hold as much as the program recently had live in large blocks
 // (between the two bounds above): a program that allocates, touches and frees blocks of several
 // MiB in a loop gets the same mappings back warm instead of mapping and faulting in every page
@@ -71,6 +73,8 @@
 // bench_churn then purged and faulted them back in (1,700-2,100 madvise calls and ~45,000
 // page faults a run, against ~550 and ~28,500 with 100 ms or with no purge at all).
 #define HAK_LARGE_PURGE_DELAY_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
+// The lean policy purges them after the superslabs' 10 ms, and at every thread exit.
+#define HAK_LARGE_LEAN_PURGE_DELAY_NS ((uint64_t)HAK_PURGE_DELAY_NS)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
@@ -220,15 +224,14 @@ static hak_large *cache_remove(unsigned i) {
 // Takes the smallest cached region of at least `need` bytes that fits (see below) and is
 // aligned enough; under the lock.
 static hak_large *cache_take(size_t need, size_t alignment) {
-    // Speed-first: a region up to twice the request is taken whole (the rest stays mapped
-    // behind the block, so a realloc that grows it back is served in place), a larger one is
-    // split and its tail stays cached; lean: a region at most a third larger, taken whole.
-    int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
+    // A region up to twice the request is taken whole (speed-first: the rest stays mapped
+    // behind the block, so a realloc that grows it back is served in place; lean: the rest is
+    // purged), a larger one is split and its tail stays cached.
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
-        if (size < need || (lean && size - size / 4 > need)) continue;
+        if (size < need) continue;
         if (cache[i] & (alignment - 1)) continue;
         if (best == HAK_LARGE_CACHE_COUNT || size < best_size) best = i, best_size = size;
     }
@@ -342,9 +345,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     }
     size_t grown_from = 0;
     uintptr_t smaller =
-        alignment <= HAK_OS_PAGE_SIZE && cache_count && !hak_option[HAK_OPT_SS_MEM_LEAN]
-            ? cache_take_smaller(need, &grown_from)
-            : 0;
+        alignment <= HAK_OS_PAGE_SIZE && cache_count ? cache_take_smaller(need, &grown_from) : 0;
     hak_lock_release(&large_lock);
     char *block;
     size_t map_size;
@@ -404,7 +405,6 @@ static hak_large *live_entry(const char *func, void *p) {
 
 // Under the lock, at a free (live: the large bytes live just before it).
 static size_t cache_limit(size_t live) {
-    if (hak_option[HAK_OPT_SS_MEM_LEAN]) return HAK_LARGE_CACHE_LEAN_BYTES;
     uint64_t now = hak_coarse_now_ns();
     if (now >= peak_halve_ns) {
         live_peak /= 2;
@@ -419,25 +419,13 @@ static size_t cache_limit(size_t live) {
 // program whose threads have come and gone holds no cached large memory).
 void hak_large_trim(void) {
     if (!hak_option[HAK_OPT_SS_MEM_LEAN]) return;
-    uintptr_t blocks[HAK_LARGE_CACHE_COUNT];
-    size_t sizes[HAK_LARGE_CACHE_COUNT];
     hak_lock_acquire(&large_lock);
-    unsigned n = cache_count;
-    for (unsigned i = 0; i < n; i++) {
-        hak_large *e = table_find(cache[i]);
-        blocks[i] = e->block;
-        sizes[i] = e->map_size;
-        e->block = HAK_LARGE_TOMBSTONE;
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = blocks[i];
-    }
-    cache_count = 0;
-    cache_bytes = 0;
+    for (unsigned i = 0; i < cache_count; i++)
+        if (cache_due[i]) {
+            purge_slot(i);
+            hak_stat_add(large, cache_trim, 1);
+        }
     hak_lock_release(&large_lock);
-    for (unsigned i = 0; i < n; i++) {
-        hak_stat_add(large, cache_trim, 1);
-        hak_stat_mapped(-(long)sizes[i]);
-        hak_os_unmap((void *)blocks[i], sizes[i]);
-    }
 }
 
 // When a region that is due for purging at `a` joins one due at `b` (0: nothing resident):
@@ -497,8 +485,9 @@ void hak_large_free(void *p) {
     if (cache_count < HAK_LARGE_CACHE_COUNT &&
         cache_bytes + e->map_size <= cache_limit(live + e->usable)) {
         uint64_t due =
-            hak_option[HAK_OPT_SS_MEM_LEAN] ? 0 : hak_coarse_now_ns() + HAK_LARGE_PURGE_DELAY_NS;
-        if (!hak_option[HAK_OPT_SS_MEM_LEAN]) e = coalesce(e, &due);
+            hak_coarse_now_ns() + (hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_LEAN_PURGE_DELAY_NS
+                                                                   : HAK_LARGE_PURGE_DELAY_NS);
+        e = coalesce(e, &due);
         cache_add(e, due);
         purge_due_locked();
         hak_lock_release(&large_lock);
