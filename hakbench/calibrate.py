@@ -24,11 +24,8 @@ is the lab machine's committed reference, used when this machine has none.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import math
 import os
-import platform
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,7 +35,7 @@ from statistics import NormalDist
 from hakbench import paths
 from hakbench import stats as st
 from hakbench.errors import UsageError
-from hakbench.meta import cpu_model
+from hakbench.meta import fingerprint, machine
 from hakbench.runner import run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import append_jsonl, read_json, write_json, write_text
@@ -259,34 +256,6 @@ def smallest_effect(conditions: Sequence[dict], rate: str) -> float | None:
 
 
 # ---- the machine a calibration belongs to ----
-
-
-def _mem_total_gib() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def machine() -> dict:
-    return {
-        "hostname": platform.node(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "mem_gib": _mem_total_gib(),
-        "kernel": platform.release(),
-    }
-
-
-def fingerprint(m: dict | None = None) -> str:
-    """12 hex digits naming a machine: host name, CPU model and count, memory. (Not the
-    kernel: this VM's kernel build string changes from boot to boot.)"""
-    m = m or machine()
-    key = json.dumps([m.get(k) for k in ("hostname", "cpu", "cpu_count", "mem_gib")])
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def machine_path(fp: str | None = None) -> Path:

@@ -9,11 +9,11 @@ import click
 
 from hakbench import calibrate as cal
 from hakbench import calibrate_sequential as calseq
-from hakbench import runlength
+from hakbench import interrupts, runlength
 from hakbench import stats as st
 from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
 from hakbench.cell import make_cell
-from hakbench.errors import EXIT_INTERRUPTED, UsageError
+from hakbench.errors import UsageError
 from hakbench.load import LoadMonitor
 from hakbench.load import describe as describe_load
 from hakbench.meta import collect_meta
@@ -192,7 +192,7 @@ def calibrate_cmd(
     click.echo(f"results: {out}")
     if result["interrupted"]:
         click.echo(f"hakbench: interrupted; {result['trials_done']} trials kept", err=True)
-        raise SystemExit(EXIT_INTERRUPTED)
+        raise SystemExit(interrupts.exit_code())
     click.echo(f"this machine's calibration: {cal.machine_path(result['fingerprint'])}")
 
 
@@ -301,7 +301,7 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
     click.echo(f"results: {out}")
     if interrupted:
         click.echo(f"hakbench: interrupted; {len(done)} trials kept", err=True)
-        raise SystemExit(EXIT_INTERRUPTED)
+        raise SystemExit(interrupts.exit_code())
 
 
 def _write_report(out: Path, kind: str, lines: list[str], load: dict) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from hakbench import gate as g
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench import interrupts
+from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.meta import git_state
 from hakbench.store import write_json
 
@@ -87,7 +88,7 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         rows = g.measure(cells, jobs=jobs, on_result=on_result, ir_runs=spec.ir_runs)
     except KeyboardInterrupt:
         click.echo("\ninterrupted; nothing judged, the baseline was left as it was", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupts.exit_code())
     seconds = time.monotonic() - started
     if refresh:
         bad = [r for r in rows if r["status"] != "ok"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from hakbench import matrix
-from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench import interrupts, matrix
+from hakbench.errors import MeasurementError, UsageError
 from hakbench.load import describe as describe_load
 from hakbench.meta import command_line
 from hakbench.progress import progress_reporter
@@ -94,7 +94,7 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
             print_summaries(matrix.write_dir_summary(out_dir))
         click.echo(f"interrupted; finished samples are in {out_dir}", err=True)
         click.echo(f"continue with: hakbench matrix {matrix_file} --resume {out_dir}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupts.exit_code())
     for s in run.skipped:
         click.echo(f"note: skipped {s.label}: {s.reason}", err=True)
     if run.reused:

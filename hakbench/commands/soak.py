@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from hakbench import soak
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench import interrupts, soak
+from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
 from hakbench.report.soak import verdict_lines
@@ -183,7 +183,7 @@ def soak_command(
             click.echo(f"  {line}")
     click.echo(f"report: {out / 'report.md'}")
     if session.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupts.exit_code())
     broken = [r for r in session.runs if r.status != "complete"]
     if broken:
         raise MeasurementError(f"{broken[0].target.label}: {broken[0].cause}")

@@ -189,7 +189,12 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
         lines += [calibration_line(), ""]
     if result.interrupted:
-        lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
+        by = f" by {result.stopped_by}" if getattr(result, "stopped_by", "") else ""
+        lines += [
+            f"**Interrupted**{by}: this report is made from the samples that finished; "
+            f"`hakbench ab --resume {result.out}` finishes the run.",
+            "",
+        ]
     lines += [describe_load(result.load), ""]
     if spec.metric == "instructions":
         design = "one callgrind run per side"
@@ -222,6 +227,9 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             "after used different code.",
             "",
         ]
+    if len(getattr(result, "history", [])) > 1:  # resumed or continued: every call says so
+        lines += ["Calls that measured into this directory:", ""]
+        lines += [f"- {h}" for h in result.history] + [""]
     lines += ["## Verdicts", ""]
     lines += _table(VERDICT_HEADER, verdict_rows(result))
     lines += ["", "## The rule", ""]
