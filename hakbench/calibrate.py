@@ -94,19 +94,35 @@ def run_trial(
     threshold_pct: float,
     perf: bool = False,
     timeout: float = 120.0,
+    session=None,
+    trial: int | None = None,
 ) -> Trial:
-    """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``."""
+    """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``. Each sample
+    goes through ``session`` (``hakbench.engine.Session``: stored as it finishes, tagged
+    ``trial``, reused when a resumed calibration holds it). A side that failed where the
+    other did not (``stats.failures``) makes the trial FAILED, as it makes an ab's verdict."""
     base = tuple(cell.workload.args)
     args = {"A": [*base, *extra_work_arg(0.0)], "B": [*base, *extra_work_arg(k)]}
     samples = []
     for slot in ab_schedule([cell.workload.name], runs, warmup, seed):
-        s = run_sample(cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side])
-        samples.append({**s, "side": slot.side, "pair": slot.pair, "round": slot.round})
+        tags = {"cell": cell.key, "workload": cell.workload.name, "trial": trial}
+        tags.update(phase=slot.phase, side=slot.side, pair=slot.pair, round=slot.round)
+
+        def run(slot=slot) -> dict:
+            return run_sample(
+                cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side]
+            )
+
+        samples.append(session.take(tags, run) if session else {**run(), **tags})
     failed = sum(s["status"] != "ok" for s in samples)
     pairs = complete_pairs(samples, cell.workload.name)
     a = [float(x["metrics"]["throughput"]) for x, _ in pairs]
     b = [float(y["metrics"]["throughput"]) for _, y in pairs]
-    return judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
+    t = judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
+    measured = [s for s in samples if s["phase"] == "measure"]
+    if st.failures(*([s for s in measured if s["side"] == x] for x in "AB")).verdict:
+        t.verdict, t.resolved = st.FAILED, False  # survivors never decide
+    return t
 
 
 def judge_trial(
@@ -208,7 +224,25 @@ def condition_table(trials: Sequence[Trial]):
 
 def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
     """Rates (with Wilson CIs) and effects per condition, the false-positive rate, the
-    smallest effect detected and the smallest resolved in >= 80 % of trials."""
+    smallest effect detected and the smallest resolved in >= 80 % of trials. A FAILED trial
+    (a side failed) is counted apart and judges nothing."""
+    failed_trials = [t for t in trials if t.verdict == st.FAILED]
+    trials = [t for t in trials if t.verdict != st.FAILED]
+    if not trials:
+        return {
+            "format": FORMAT,
+            "false_positive_rate": None,
+            "false_positive_ci95": None,
+            "smallest_detected_pct": None,
+            "noise_floor_pct": None,
+            "noise_log_sd": None,
+            "runs": runs,
+            "threshold_pct": threshold_pct,
+            "alpha": ALPHA,
+            "power": POWER,
+            "conditions": [],
+            "failed_trials": len(failed_trials),
+        }
     table = condition_table(trials)
     conditions = []
     for r in table.to_dict("records"):
@@ -246,6 +280,7 @@ def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
         "alpha": ALPHA,
         "power": POWER,
         "conditions": conditions,
+        "failed_trials": len(failed_trials),
     }
 
 
@@ -332,18 +367,26 @@ def calibrate(
     seed: int = 1,
     perf: bool = False,
     on_trial: Callable[[Trial, int, int], None] | None = None,
+    session=None,
+    finished: Sequence[Trial] = (),
 ) -> tuple[dict, list[Trial]]:
     """Run every trial and summarise; ``on_trial(trial, done, total)`` reports progress.
+    ``session``: the run directory's ``engine.Session`` (samples stored as they finish);
+    ``finished``: trials a resumed calibration already holds (not run again).
 
-    Ctrl-C ends the calibration after the finished trials: the summary covers them and says
-    ``"interrupted": true``.
+    A stop signal ends the calibration after the finished trials: the summary covers them
+    and says ``"interrupted": true``.
     """
     order = plan(extra_work, trials, seed)
     load_before = os.getloadavg()[0]
+    kept = {(t.extra_work, t.index): t for t in finished}
     done: list[Trial] = []
     interrupted = False
     try:
         for n, (k, i) in enumerate(order, 1):
+            if (k, i) in kept:
+                done.append(kept[(k, i)])
+                continue
             t = run_trial(
                 cell,
                 k,
@@ -353,6 +396,8 @@ def calibrate(
                 seed=seed * 100003 + n,
                 threshold_pct=threshold_pct,
                 perf=perf,
+                session=session,
+                trial=n,
             )
             done.append(t)
             if on_trial:
@@ -435,6 +480,8 @@ def report_markdown(c: dict) -> str:
         f"- **noise floor** (smallest injected effect the CI and Wilcoxon legs resolve in "
         f">= 80 % of trials, threshold aside): {_fmt(c['noise_floor_pct'])} %",
         f"- pair noise (robust SD of log B/A in the A/A trials): {_fmt(c['noise_log_sd'], '.4f')}",
+        f"- trials FAILED (a side failed where the other did not; not judged): "
+        f"{c.get('failed_trials', 0)}",
         "",
         "| condition | effect here (paired median) | trials | NO-GO | GO | p<0.05 "
         "| detected (95 % CI) | resolved (95 % CI) |",

@@ -126,19 +126,21 @@ def tree_state() -> dict:
 def identity(cells: Iterable) -> dict:
     """What a resumed run must share with its start: tree, build, profiles, machine.
     ``cells``: ``hakbench.cell.Cell`` objects (their library, program and environment)."""
-    files: dict = {}
-    envs: dict = {}
-    for c in cells:
-        preload = c.resolved_allocator().preload
-        program = Path(c.command()[0][0])
-        for f in (preload, program):
-            if f is not None and Path(f).is_file():
-                files[str(f)] = _sha256(Path(f))
-        envs[c.key] = dict(sorted(c.env.items()))
+    cells = list(cells)
+    return identity_of(
+        [f for c in cells for f in (c.resolved_allocator().preload, c.command()[0][0])],
+        {c.key: c.env for c in cells},
+    )
+
+
+def identity_of(files: Iterable, envs: dict) -> dict:
+    """``identity`` from the files a run executes or preloads and each unit's environment."""
+    hashes = {str(f): _sha256(Path(f)) for f in files if f is not None and Path(f).is_file()}
+    envs = {k: dict(sorted(v.items())) for k, v in envs.items()}
     profile = hashlib.sha256(json.dumps(envs, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "tree": tree_state(),
-        "build": dict(sorted(files.items())),
+        "build": dict(sorted(hashes.items())),
         "profile": profile,
         "machine": fingerprint(),
     }
