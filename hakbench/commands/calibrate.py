@@ -355,6 +355,7 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
         "iterations": sorted({t.iterations for t in done}),
         "trials": trials,
         "trials_done": len(done),
+        "seed": seed,
         "interrupted": interrupted,
         "machine": cal.machine(),
         "fingerprint": cal.fingerprint(),

@@ -1,0 +1,221 @@
+"""The execution engine: one signal policy, nothing measured lost, --resume completes a run.
+
+The kill test is real: a `hakbench` process of each measuring command is sent SIGKILL,
+SIGTERM or SIGHUP at a random moment of its run; every sample (or epoch) stored when the
+signal was sent must still be there, unchanged, the exit code must say which signal it was,
+a TERM or HUP must leave the report written from what finished, and `--resume DIR` must
+complete the run (same kind of result, no slot measured twice)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hakbench import engine, interrupts, paths
+from hakbench.errors import UsageError
+from hakbench.store import RunStore, read_jsonl
+
+HAKBENCH = Path(sys.executable).parent / "hakbench"
+needs_harness = pytest.mark.skipif(
+    not paths.bench_binary("bench_random_mixed").exists()
+    or not paths.bench_binary("bench_soak").exists(),
+    reason="harness not built",
+)
+MATRIX = """
+name = "kill"
+runs = 80
+warmup = 0
+seed = 3
+[axes]
+allocator = ["system"]
+workload = ["mixed_short"]
+"""
+AB_RUNS = 60
+# command -> (argv after the command, the file that grows, a line count that means "running")
+COMMANDS = {
+    "ab": (
+        ["-a", "system", "-w", "mixed_short", "--runs", str(AB_RUNS), "--warmup", "1"]
+        + ["--perf", "off"],
+        "samples.jsonl",
+    ),
+    "matrix": ([], "samples.jsonl"),
+    "calibrate": (
+        ["-a", "system", "-w", "mixed_short", "--runs", "6", "--warmup", "0", "--trials", "6"]
+        + ["-k", "2.5"],
+        "samples.jsonl",
+    ),
+    "soak": (
+        ["--allocator", "system", "--duration", "1s", "--epoch", "0.1s", "--syscall-pass", "0"]
+        + ["--warmup-epochs", "1"],
+        "epochs.jsonl",
+    ),
+}
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A lab root whose results/ is private (a finished calibration becomes the machine's)."""
+    real = paths.repo_root()
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("profiles", "build", "Makefile"):
+        (root / name).symlink_to(real / name)
+    return root
+
+
+def _hakbench(argv: list[str], root: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "HAKBENCH_ROOT": str(root)}
+    return subprocess.Popen(
+        [str(HAKBENCH), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw
+    )
+
+
+def _complete_lines(path: Path) -> str:
+    """The file's complete lines (a line being written has no newline yet)."""
+    text = path.read_text() if path.exists() else ""
+    return text[: text.rfind("\n") + 1]
+
+
+@needs_harness
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name
+)
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
+    command, sig, scratch, tmp_path
+):
+    args, grows = COMMANDS[command]
+    out = tmp_path / "out"
+    if command == "matrix":
+        (tmp_path / "m.toml").write_text(MATRIX)
+        args = [str(tmp_path / "m.toml")]
+    proc = _hakbench([command, *args, "--out", str(out)], scratch, text=True)
+    deadline = time.monotonic() + 60
+    while _complete_lines(out / grows).count("\n") < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    delay = random.uniform(0, 0.3)
+    time.sleep(delay)
+    before = _complete_lines(out / grows)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    why = f"{command} {sig.name} after {delay:.2f} s: {stderr[-2000:]}"
+    if proc.returncode == 0:
+        pytest.skip(f"the run finished before the signal ({why})")  # too quick a machine
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), why
+    assert "Traceback" not in stderr, why
+    after = (out / grows).read_text()
+    assert after.startswith(before), why  # every line stored at the signal is still there
+    stored = read_jsonl(out / grows)
+    if sig != signal.SIGKILL:  # the report, written from what finished
+        _check_interrupted_report(command, out, stored, sig, why)
+
+    resumed = _hakbench([command, "--resume", str(out)], scratch, text=True)
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, f"{why}\nresume: {stderr[-2000:]}"
+    assert (out / grows).read_text().startswith(before), why
+    _check_complete(command, out, why)
+
+
+def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -> None:
+    name = sig.name
+    if command == "ab":
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["finished"] is False and meta["n_samples"] == len(stored), why
+        assert f"Interrupted** by {name}" in (out / "report.md").read_text(), why
+    elif command == "matrix":
+        with open(out / "summary.csv") as f:
+            [row] = list(csv.DictReader(f))
+        assert int(row["n"]) + int(row["n_failed"]) == len(stored), why
+    elif command == "calibrate":
+        c = json.loads((out / "calibration.json").read_text())
+        trials = out / "trials.jsonl"
+        kept = len(read_jsonl(trials)) if trials.exists() else 0
+        assert c["interrupted"] and c["trials_done"] == kept, why
+        assert "**Interrupted**" in (out / "report.md").read_text(), why
+    else:
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["interrupted"] and summary["runs"][0]["status"] == "interrupted", why
+        assert summary["runs"][0]["epochs"] == len(stored), why
+        assert f"Interrupted by {name}" in (out / "report.md").read_text(), why
+
+
+def _check_complete(command, out: Path, why: str) -> None:
+    samples = read_jsonl(out / "samples.jsonl") if command != "soak" else []
+    keys = [engine.key(s) for s in samples]
+    assert len(keys) == len(set(keys)), why  # no slot measured twice
+    assert [s["seq"] for s in samples] == list(range(len(samples))), why
+    if command == "ab":
+        assert len(samples) == 2 * (AB_RUNS + 1), why
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["finished"] and meta["resumed"], why
+        assert "Calls that measured into this directory" in (out / "report.md").read_text()
+    elif command == "matrix":
+        assert len(samples) == 80, why
+    elif command == "calibrate":
+        c = json.loads((out / "calibration.json").read_text())
+        assert not c["interrupted"] and c["trials_done"] == 12, why
+        assert len(samples) == 12 * 12, why
+    else:
+        summary = json.loads((out / "summary.json").read_text())
+        assert not summary["interrupted"] and summary["runs"][0]["status"] == "complete", why
+        assert summary["runs"][0]["epochs"] == 10, why
+
+
+# ---- the pieces, in this process ----
+
+
+def test_the_policy_maps_each_signal_to_its_exit_code_and_defers_inside_a_section():
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        with interrupts.installed():
+            with pytest.raises(interrupts.Interrupted):
+                with interrupts.deferred():
+                    os.kill(os.getpid(), sig)
+                    time.sleep(0.01)
+                    done = True  # the section ran to its end before the stop
+            assert done and interrupts.exit_code() == code
+            # a second signal while the report is written raises nothing
+            os.kill(os.getpid(), sig)
+            time.sleep(0.01)
+
+
+def test_session_reuses_stored_samples_and_never_stores_a_cut_one(tmp_path):
+    store = RunStore(tmp_path)
+    session = engine.Session(store)
+    tags = {"phase": "measure", "cell": "c", "round": 0, "side": "A", "pair": 0}
+    session.take(tags, lambda: {"status": "ok", "metrics": {}})
+    again = engine.Session(RunStore(tmp_path), stored=store.samples())
+    ran = []
+    assert again.take(tags, lambda: ran.append(1) or {})["seq"] == 0 and not ran
+
+    def cut() -> dict:  # a stop signal lands while the process runs: it is stopped
+        with interrupts.stopping(lambda: None):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+        return {"status": "failed"}
+
+    with interrupts.installed(), pytest.raises(interrupts.Interrupted):
+        again.take({**tags, "round": 1}, cut)
+    assert len(store.samples()) == 1  # the cut sample was not stored
+
+
+def test_resume_refuses_another_tree_build_profile_or_machine(tmp_path):
+    ident = {"tree": {"commit": "a"}, "build": {"lib": "1"}, "profile": "p", "machine": "m"}
+    store, _, _ = engine.open_run(tmp_path / "run", {}, resume=False, ident=ident)
+    for what, value in (("tree", {"commit": "b"}), ("build", {"lib": "2"}), ("machine", "x")):
+        with pytest.raises(UsageError, match=what):
+            engine.open_run(tmp_path / "run", {}, resume=True, ident={**ident, what: value})
+    _, meta, samples = engine.open_run(tmp_path / "run", {}, resume=True, ident=ident)
+    assert meta["resumed"] and samples == []
+    with pytest.raises(UsageError, match="already holds"):
+        store.append({"status": "ok"})
+        engine.open_run(tmp_path / "run", {}, resume=False, ident=ident)
