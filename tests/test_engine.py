@@ -219,3 +219,34 @@ def test_resume_refuses_another_tree_build_profile_or_machine(tmp_path):
     with pytest.raises(UsageError, match="already holds"):
         store.append({"status": "ok"})
         engine.open_run(tmp_path / "run", {}, resume=False, ident=ident)
+
+
+@needs_harness
+@pytest.mark.skipif(not paths.options_binary().exists(), reason="hakmem not built")
+def test_an_interrupted_gate_keeps_and_judges_what_it_measured(scratch, tmp_path):
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind not installed")
+    results = tmp_path / "results"
+    (results / "scorecard").mkdir(parents=True)
+    shutil.copy(paths.repo_root() / "results" / "scorecard" / "gate.json", results / "scorecard")
+    argv = ["gate", "-p", "C7_SAFE", "-w", "mixed", "-w", "tiny_hot", "-w", "c7_only"]
+    proc = _hakbench([*argv, "-j", "1", "--results", str(results)], scratch, text=True)
+    runs = results / "runs"
+    deadline = time.monotonic() + 60
+    while not any(_complete_lines(f).count("\n") >= 2 for f in runs.glob("*/samples.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    [run] = runs.glob("*-gate")
+    before = _complete_lines(run / "samples.jsonl")
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr
+    assert "interrupted by SIGTERM" in stderr and "baseline was left as it was" in stderr
+    assert (run / "samples.jsonl").read_text().startswith(before)  # the runs are kept
+    cells = read_jsonl(run / "cells.jsonl") if (run / "cells.jsonl").exists() else []
+    assert len(cells) < 3
+    for c in cells:  # what finished is judged and printed
+        assert f"| C7_SAFE | {c['workload']} |" in stdout
+    assert json.loads((results / "scorecard" / "gate.json").read_text())  # untouched
