@@ -363,13 +363,7 @@ def resume_spec(out: Path, *, max_time_s: float | None = None) -> ABSpec:
     """The spec of the run in ``out``, for ``ab --resume`` (as recorded) or ``ab --continue``
     (a sequential run, with a new budget ``max_time_s``): a run that cannot be continued
     is one line (UsageError)."""
-    from hakbench.store import read_json
-
-    if not (Path(out) / "meta.json").exists():
-        raise UsageError(f"{out}: no meta.json there, nothing to resume")
-    meta = read_json(Path(out) / "meta.json")
-    if meta.get("kind") != "ab" or "spec" not in meta:
-        raise UsageError(f"{out}: not an ab run directory")
+    meta = engine.stored_meta(out, "ab", "--resume" if max_time_s is None else "--continue")
     spec = spec_of(meta)
     if max_time_s is None:
         return spec
@@ -432,7 +426,7 @@ def run_ab(
     )
     meta["iterations"] = {w: why for w, (_, why) in with_why.items()}
     flag = "--continue" if continued else "--resume"
-    ident = engine.identity(c for ab in cells.values() for c in ab)
+    ident = engine.identity((c for ab in cells.values() for c in ab), out)
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
     before = {}
     if continued:

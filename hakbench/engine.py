@@ -109,37 +109,44 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
-def tree_state() -> dict:
-    """git HEAD and a digest of the uncommitted changes to tracked files."""
+def tree_state(exclude: Path | None = None) -> dict:
+    """git HEAD and a digest of the uncommitted changes to tracked files (``exclude``: the
+    run directory itself, should it lie in the tree: its own samples are no change)."""
     from hakbench import paths
 
     state = git_state()
+    root = paths.repo_root()
+    spec = []
+    if exclude is not None and Path(exclude).resolve().is_relative_to(root):
+        spec = ["--", ".", f":(exclude){Path(exclude).resolve().relative_to(root)}"]
     try:
         diff = subprocess.run(
-            ["git", "diff", "HEAD"], capture_output=True, timeout=30, cwd=paths.repo_root()
+            ["git", "diff", "HEAD", *spec], capture_output=True, timeout=30, cwd=root
         ).stdout
     except (OSError, subprocess.SubprocessError):
         diff = b""
     return {"commit": state.get("commit"), "dirty": hashlib.sha256(diff).hexdigest()[:16]}
 
 
-def identity(cells: Iterable) -> dict:
+def identity(cells: Iterable, out: Path | None = None) -> dict:
     """What a resumed run must share with its start: tree, build, profiles, machine.
-    ``cells``: ``hakbench.cell.Cell`` objects (their library, program and environment)."""
+    ``cells``: ``hakbench.cell.Cell`` objects (their library, program and environment);
+    ``out``: the run directory (left out of the tree's digest)."""
     cells = list(cells)
     return identity_of(
         [f for c in cells for f in (c.resolved_allocator().preload, c.command()[0][0])],
         {c.key: c.env for c in cells},
+        out,
     )
 
 
-def identity_of(files: Iterable, envs: dict) -> dict:
+def identity_of(files: Iterable, envs: dict, out: Path | None = None) -> dict:
     """``identity`` from the files a run executes or preloads and each unit's environment."""
     hashes = {str(f): _sha256(Path(f)) for f in files if f is not None and Path(f).is_file()}
     envs = {k: dict(sorted(v.items())) for k, v in envs.items()}
     profile = hashlib.sha256(json.dumps(envs, sort_keys=True).encode()).hexdigest()[:16]
     return {
-        "tree": tree_state(),
+        "tree": tree_state(out),
         "build": dict(sorted(hashes.items())),
         "profile": profile,
         "machine": fingerprint(),
@@ -167,6 +174,18 @@ def check_identity(stored: dict | None, now: dict, where: Path, flag: str = "--r
             )
 
 
+def stored_meta(out: Path, kind: str, flag: str = "--resume") -> dict:
+    """The meta.json of a run directory to resume, made by command ``kind`` (one line,
+    exit 2, otherwise)."""
+    out = Path(out)
+    if not (out / "meta.json").exists():
+        raise UsageError(f"{flag} {out}: no meta.json there, nothing to resume")
+    meta = read_json(out / "meta.json")
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        raise UsageError(f"{flag} {out}: not a {kind} run directory")
+    return meta
+
+
 def open_run(
     out: Path, meta: dict, *, resume: bool, ident: dict, flag: str = "--resume"
 ) -> tuple[RunStore, dict, list[dict]]:
@@ -179,9 +198,7 @@ def open_run(
         meta["identity"] = ident
         store.write_meta(meta)
         return store, meta, []
-    if not (out / "meta.json").exists():
-        raise UsageError(f"{flag} {out}: no meta.json there, nothing to resume")
-    stored = read_json(out / "meta.json")
+    stored = stored_meta(out, meta.get("kind", ""), flag)
     check_identity(stored.get("identity"), ident, out, flag)
     stored.setdefault("resumed", []).append(
         {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "how": flag}

@@ -596,7 +596,7 @@ def run_matrix(
     out_dir = Path(out_dir)
     samples_file = out_dir / "samples.jsonl"
     meta_file = out_dir / "meta.json"
-    ident = engine.identity(c.cell for c in cells)
+    ident = engine.identity((c.cell for c in cells), out_dir)
     if resume:
         if not meta_file.exists():
             raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")

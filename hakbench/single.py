@@ -86,7 +86,7 @@ def run_cell(
     meta = cell_meta(
         cell, "run", perf_mode=perf_mode, perf_used=perf_mode != "off" and perf_usable()
     )
-    store, _, _ = engine.open_run(out, meta, resume=False, ident=engine.identity([cell]))
+    store, _, _ = engine.open_run(out, meta, resume=False, ident=engine.identity([cell], out))
     slots = schedule.plan(1, runs, seed=1, warmup=warmups)
     slots += schedule.plan(1, perf_runs, seed=1, phase="perf", salt="perf")
     result = CellRun(cell, store.path, perf_mode, perf_runs)

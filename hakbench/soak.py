@@ -43,7 +43,7 @@ from hakbench.load import LoadMonitor
 from hakbench.meta import collect_meta
 from hakbench.procenv import clean_env
 from hakbench.profiles import resolve_workload
-from hakbench.store import append_jsonl, read_json, read_jsonl, write_json
+from hakbench.store import append_jsonl, read_jsonl, write_json
 
 SOAK_PROGRAM = "bench_soak"
 EPOCH_COLUMNS = (
@@ -639,10 +639,10 @@ class SoakSession:
     cut: list = field(default_factory=list)  # attempts cut short earlier: {target, attempt, epochs}
 
 
-def soak_identity(plan: SoakPlan) -> dict:
+def soak_identity(plan: SoakPlan, out: Path | None = None) -> dict:
     """``engine.identity_of`` the soak's programs, libraries and environments."""
     files = [f for t in plan.targets for f in (t.allocator.preload, t.binary)]
-    return engine.identity_of(files, {t.label: t.env for t in plan.targets})
+    return engine.identity_of(files, {t.label: t.env for t in plan.targets}, out)
 
 
 def _stored(out_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -666,9 +666,9 @@ def _with_counters(run: SoakRun) -> SoakRun:
 def open_soak(plan: SoakPlan, out_dir: Path, command: str, *, resume: bool) -> dict:
     """meta.json of a soak directory, written before anything runs (fresh), or the stored
     one after ``engine.check_identity`` (resume)."""
-    ident = soak_identity(plan)
+    ident = soak_identity(plan, out_dir)
     if resume:
-        meta = read_json(out_dir / "meta.json")
+        meta = engine.stored_meta(out_dir, "soak")
         engine.check_identity(meta.get("identity"), ident, out_dir)
         meta.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     else:

@@ -210,15 +210,80 @@ def test_session_reuses_stored_samples_and_never_stores_a_cut_one(tmp_path):
 
 def test_resume_refuses_another_tree_build_profile_or_machine(tmp_path):
     ident = {"tree": {"commit": "a"}, "build": {"lib": "1"}, "profile": "p", "machine": "m"}
-    store, _, _ = engine.open_run(tmp_path / "run", {}, resume=False, ident=ident)
+    run, meta = tmp_path / "run", {"kind": "t"}
+    store, _, _ = engine.open_run(run, dict(meta), resume=False, ident=ident)
     for what, value in (("tree", {"commit": "b"}), ("build", {"lib": "2"}), ("machine", "x")):
         with pytest.raises(UsageError, match=what):
-            engine.open_run(tmp_path / "run", {}, resume=True, ident={**ident, what: value})
-    _, meta, samples = engine.open_run(tmp_path / "run", {}, resume=True, ident=ident)
-    assert meta["resumed"] and samples == []
+            engine.open_run(run, dict(meta), resume=True, ident={**ident, what: value})
+    with pytest.raises(UsageError, match="not a u run directory"):
+        engine.open_run(run, {"kind": "u"}, resume=True, ident=ident)
+    _, stored, samples = engine.open_run(run, dict(meta), resume=True, ident=ident)
+    assert stored["resumed"] and samples == []
     with pytest.raises(UsageError, match="already holds"):
         store.append({"status": "ok"})
-        engine.open_run(tmp_path / "run", {}, resume=False, ident=ident)
+        engine.open_run(run, dict(meta), resume=False, ident=ident)
+
+
+@needs_harness
+def test_ab_continue_extends_the_same_sequence_and_seed_replays(scratch, tmp_path, monkeypatch):
+    """An undecided sequential ab goes on under the same confidence sequence: its final
+    look is the one a single uninterrupted sequence over the same pairs gives (the same
+    looks: the anytime p is a maximum over all of them). A fresh seed per call, recorded;
+    --seed replays the pair order."""
+    import math
+
+    from click.testing import CliRunner
+
+    from hakbench import sequential as seq
+    from hakbench.cli import main
+    from hakbench.schedule import complete_pairs
+
+    monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
+    out = tmp_path / "ab"
+    aa = ["ab", "-a", "system", "-w", "mixed_short", "--perf", "off", "--warmup", "1"]
+    r = CliRunner().invoke(main, [*aa, "--max-time", "0.3", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    first = json.loads((out / "meta.json").read_text())
+    if first["verdicts"]["mixed_short"] != "INCONCLUSIVE":
+        pytest.skip("the A/A decided in 0.3 s")
+    before = _complete_lines(out / "samples.jsonl")
+    r = CliRunner().invoke(main, ["ab", "--continue", str(out), "--max-time", "0.6"])
+    assert r.exit_code == 0, r.output
+    assert (out / "samples.jsonl").read_text().startswith(before)
+    meta = json.loads((out / "meta.json").read_text())
+    [cont] = meta["continuations"]
+    assert cont["before"]["mixed_short"]["verdict"] == "INCONCLUSIVE"
+    assert meta["spec"]["seed"] == first["spec"]["seed"]
+    with open(out / "summary.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["role"] == "primary")
+    assert int(row["n_pairs"]) > before.count('"phase": "measure"') // 2
+    # one uninterrupted sequence over the same pairs, a look per round
+    samples = read_jsonl(out / "samples.jsonl")
+    rule = seq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    for a, b in complete_pairs(samples, "mixed_short"):
+        rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
+        rule.end_round()
+    look = rule.stops["w"].state.last
+    assert look.n == int(row["n_pairs"])
+    assert float(row["p_value"]) == pytest.approx(look.p_anytime)
+    assert float(row["ci_low"]) == pytest.approx(math.exp(look.low))
+    assert "continued (--continue, budget 0.6 s)" in (out / "report.md").read_text()
+    # a decided run and a fixed count refuse in one line
+    fixed = tmp_path / "fixed"
+    r = CliRunner().invoke(main, [*aa, "--runs", "3", "--out", str(fixed)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["ab", "--continue", str(fixed)])
+    assert r.exit_code == 2 and "only a sequential run continues" in r.output
+    # --seed replays the order of a fixed count: the same sides first in every pair
+    seed = json.loads((fixed / "meta.json").read_text())["spec"]["seed"]
+    again = tmp_path / "again"
+    r = CliRunner().invoke(main, [*aa, "--runs", "3", "--seed", str(seed), "--out", str(again)])
+    assert r.exit_code == 0, r.output
+
+    def order(d):
+        return [(s["phase"], s["round"], s["side"]) for s in read_jsonl(d / "samples.jsonl")]
+
+    assert order(fixed) == order(again) and f"seed {seed}" in r.output
 
 
 @needs_harness

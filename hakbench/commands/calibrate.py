@@ -210,9 +210,9 @@ def calibrate_cmd(
 
 def _resume(out: Path) -> None:
     """``calibrate --resume DIR``: the calibration DIR's meta.json describes, finished."""
-    meta = read_json(out / "meta.json")
-    if meta.get("kind") != "calibrate" or "calibration" not in meta:
-        raise UsageError(f"--resume {out}: not a calibration this hakbench can resume")
+    meta = engine.stored_meta(out, "calibrate")
+    if "calibration" not in meta:
+        raise UsageError(f"--resume {out}: a calibration made before calibrate could resume")
     p = meta["calibration"]
     cell = _extra_work_cell(p["allocator"], p["workload"], p["profile"])
     _calibrate(cell, out, meta, p, resume=True)
@@ -220,7 +220,8 @@ def _resume(out: Path) -> None:
 
 def _calibrate(cell, out: Path, meta: dict, p: dict, *, resume: bool) -> None:
     """Run (or finish) the trials of a calibration through the engine and report them."""
-    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=engine.identity([cell]))
+    ident = engine.identity([cell], out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident)
     trials_file = out / "trials.jsonl"
     kept = read_jsonl(trials_file) if resume and trials_file.exists() else []
     finished = [cal.Trial(**t) for t in kept]

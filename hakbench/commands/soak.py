@@ -8,12 +8,11 @@ from pathlib import Path
 
 import click
 
-from hakbench import interrupts, soak
+from hakbench import engine, interrupts, soak
 from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
 from hakbench.report.soak import verdict_lines
-from hakbench.store import read_json
 
 
 class _SoakProgress:
@@ -154,9 +153,9 @@ def soak_command(
     if resume is not None:
         if out_dir is not None:
             raise UsageError("--resume writes into its own directory; drop --out")
-        meta = read_json(resume / "meta.json")
-        if meta.get("kind") != "soak" or "soak_plan" not in meta:
-            raise UsageError(f"--resume {resume}: not a soak directory this hakbench can resume")
+        meta = engine.stored_meta(resume, "soak")
+        if "soak_plan" not in meta:
+            raise UsageError(f"--resume {resume}: a soak made before soak could resume")
         plan = soak.plan_of(meta["soak_plan"])
         _soak_and_report(plan, resume, report_only, resume=True)
         return
