@@ -428,13 +428,13 @@ def run_ab(
     flag = "--continue" if continued else "--resume"
     ident = engine.identity((c for ab in cells.values() for c in ab), out)
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
-    before = {}
     if continued:
         before = {w: {"verdict": v} for w, v in (meta.get("verdicts") or {}).items()}
         meta.setdefault("continuations", []).append(
             {"max_time_s": spec.max_time_s, "before": before, "date": meta["resumed"][-1]["date"]}
         )
         meta["spec"]["max_time_s"] = spec.max_time_s
+        store.write_meta(meta)  # a continuation killed in its turn is still on record
     noise_warning = noise_warning_for(spec)
     interrupted = False
     pairs_seconds = 0.0
@@ -466,8 +466,9 @@ def run_ab(
         n_total += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
     progress = Progress(n_total, "ab") if show_progress else None
     own = primaries(cells)
-    # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds
-    replayed = {"s": 0.0}
+    # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds, counted
+    # once the replay is over, so no stored pair is left out of the verdict by the budget
+    replayed = {"s": 0.0, "pending": 0.0}
     stopper = (
         seq.Stopper(
             {w: METRICS[own.get(w, spec.metric)].higher_is_better for w in cells},
@@ -509,7 +510,9 @@ def run_ab(
             tags = {"phase": slot.phase, "side": slot.side, "pair": slot.pair, "round": slot.round}
             old = session.stored({"cell": cell.key, "workload": slot.workload, **tags})
             if old is not None and slot.phase in ("warmup", "measure") and not continued:
-                replayed["s"] += old.get("wall_s") or 0.0
+                replayed["pending"] += old.get("wall_s") or 0.0
+            elif old is None:
+                replayed["s"] += replayed.pop("pending", 0.0)
             t0 = time.monotonic()
             s = take(
                 cell,

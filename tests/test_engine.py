@@ -119,7 +119,9 @@ def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
     if sig != signal.SIGKILL:  # the report, written from what finished
         _check_interrupted_report(command, out, stored, sig, why)
 
-    resumed = _hakbench([command, "--resume", str(out)], scratch, text=True)
+    # (a 1 s soak on a busy machine may judge its ops/s trend FAIL: not what is tested here)
+    extra = ["--report-only"] if command == "soak" else []
+    resumed = _hakbench([command, "--resume", str(out), *extra], scratch, text=True)
     stdout, stderr = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, f"{why}\nresume: {stderr[-2000:]}"
     assert (out / grows).read_text().startswith(before), why
