@@ -20,8 +20,10 @@ staying in ``epochs.jsonl`` under their ``attempt`` number and named in the repo
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
 import re
 import shutil
 import signal
@@ -490,20 +492,36 @@ def strace_budget(target: SoakTarget, seconds: float, epoch_ms: int) -> dict:
         if target.allocator.preload is not None:
             argv += ["-E", f"LD_PRELOAD={target.allocator.preload}"]
         argv += _soak_args(target, epochs, pass_epoch_ms, 0)
+        # its own session, so a stop signal or the timeout ends strace and the traced soak
+        # together (killing strace alone would leave its tracee running on, detached)
+        proc = subprocess.Popen(
+            argv,
+            env=clean_env(target.env, None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
         try:
-            r = subprocess.run(
-                argv,
-                env=clean_env(target.env, None),
-                capture_output=True,
-                text=True,
-                timeout=epochs * pass_epoch_ms / 1000 * 5 + 60,
-            )
+            with interrupts.stopping(kill):
+                stdout, stderr = proc.communicate(timeout=epochs * pass_epoch_ms / 1000 * 5 + 60)
         except subprocess.TimeoutExpired:
+            kill()
+            proc.communicate()
             return budget_row(source, {}, 0, "strace pass timed out")
-        ops = parse_harness_output(r.stdout).get("ops")
-        if r.returncode != 0 or not isinstance(ops, int):
-            tail = r.stderr.strip().splitlines()[-1:] or [""]
-            return budget_row(source, {}, 0, f"strace pass failed ({r.returncode}): {tail[0]}")
+        except BaseException:
+            kill()
+            proc.communicate()
+            raise
+        ops = parse_harness_output(stdout).get("ops")
+        if proc.returncode != 0 or not isinstance(ops, int):
+            tail = stderr.strip().splitlines()[-1:] or [""]
+            return budget_row(source, {}, 0, f"strace pass failed ({proc.returncode}): {tail[0]}")
         counts = parse_strace_summary(out.read_text() if out.exists() else "")
         return budget_row(source, {s: counts.get(s, 0) for s in TRACED_SYSCALLS}, ops)
 
