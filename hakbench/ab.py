@@ -547,78 +547,79 @@ def run_ab(
         meta["load"] = monitor.stop()
         if progress:
             progress.close()
-    samples = store.samples()
-    engaged = {
-        w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
-        if observe and w in observed_cells
-        else {
-            "status": "n/a",
-            "detail": "command workload: no stats run"
-            if w not in observed_cells
-            else "no hakmem side"
-            if spec.observe
-            else "not observed",
-        }
-        for w, (a, b) in cells.items()
-    }
-    comparisons, roles = analyse(samples, list(cells), spec, own)
-    for c in comparisons:
-        role = roles.get((c.workload, c.metric), roles.get(c.metric))
-        if role == "primary" and c.source == "pairs":
-            c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
-            if stopper is not None:
-                apply_stop(c, stopper)
-            elif c.verdict == st.INCONCLUSIVE:
-                fixed_n_pairs_needed(c, spec.threshold_pct)
-    failures = failures_by_workload(samples, list(cells), spec)
-    for c in comparisons:
-        role = roles.get((c.workload, c.metric), roles.get(c.metric))
-        if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
-            c.verdict = st.NOT_ENGAGED
-        if role == "primary" and failures[c.workload].verdict:
-            c.verdict = failures[c.workload].verdict  # survivors never decide
-    result = ABResult(
-        out=store.path,
-        spec=spec,
-        cells=cells,
-        comparisons=comparisons,
-        roles=roles,
-        engagement=engaged,
-        failures={w: f.note for w, f in failures.items()},
-        failed=[s for s in samples if s["status"] != "ok"],
-        unavailable=unmeasured(samples),
-        perf_counters=perf_counter_table(samples, list(cells)),
-        perf_note=perf_note,
-        noise_warning=noise_warning,
-        load=meta["load"],
-        iterations=meta["iterations"],
-        pairs_seconds=pairs_seconds,
-        interrupted=interrupted,
-        stopped_by=interrupts.describe() if interrupted else "",
-        shas=shas,
-        changed_libraries=sorted(
-            {
-                side["preload"]
-                for per_workload in meta["cells"].values()
-                for side in per_workload.values()
-                if side["preload"] and _sha256(Path(side["preload"])) != side["preload_sha256"]
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        samples = store.samples()
+        engaged = {
+            w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
+            if observe and w in observed_cells
+            else {
+                "status": "n/a",
+                "detail": "command workload: no stats run"
+                if w not in observed_cells
+                else "no hakmem side"
+                if spec.observe
+                else "not observed",
             }
-        ),
-    )
-    meta["changed_libraries"] = result.changed_libraries
-    meta["finished"] = not interrupted
-    meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
-    meta["n_samples"] = len(samples)
-    meta["pairs_seconds"] = round(pairs_seconds, 3)
-    meta["verdicts"] = result.verdicts()
-    if continued:
-        meta["continuations"][-1]["after"] = {
-            c.workload: {"verdict": c.verdict, "n_pairs": c.n_pairs, "stop": c.stop}
-            for c in result.primary()
+            for w, (a, b) in cells.items()
         }
-    result.history = _history(meta)
-    write_outputs(result, samples)
-    store.write_meta(meta)
+        comparisons, roles = analyse(samples, list(cells), spec, own)
+        for c in comparisons:
+            role = roles.get((c.workload, c.metric), roles.get(c.metric))
+            if role == "primary" and c.source == "pairs":
+                c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
+                if stopper is not None:
+                    apply_stop(c, stopper)
+                elif c.verdict == st.INCONCLUSIVE:
+                    fixed_n_pairs_needed(c, spec.threshold_pct)
+        failures = failures_by_workload(samples, list(cells), spec)
+        for c in comparisons:
+            role = roles.get((c.workload, c.metric), roles.get(c.metric))
+            if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
+                c.verdict = st.NOT_ENGAGED
+            if role == "primary" and failures[c.workload].verdict:
+                c.verdict = failures[c.workload].verdict  # survivors never decide
+        result = ABResult(
+            out=store.path,
+            spec=spec,
+            cells=cells,
+            comparisons=comparisons,
+            roles=roles,
+            engagement=engaged,
+            failures={w: f.note for w, f in failures.items()},
+            failed=[s for s in samples if s["status"] != "ok"],
+            unavailable=unmeasured(samples),
+            perf_counters=perf_counter_table(samples, list(cells)),
+            perf_note=perf_note,
+            noise_warning=noise_warning,
+            load=meta["load"],
+            iterations=meta["iterations"],
+            pairs_seconds=pairs_seconds,
+            interrupted=interrupted,
+            stopped_by=interrupts.describe() if interrupted else "",
+            shas=shas,
+            changed_libraries=sorted(
+                {
+                    side["preload"]
+                    for per_workload in meta["cells"].values()
+                    for side in per_workload.values()
+                    if side["preload"] and _sha256(Path(side["preload"])) != side["preload_sha256"]
+                }
+            ),
+        )
+        meta["changed_libraries"] = result.changed_libraries
+        meta["finished"] = not interrupted
+        meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
+        meta["n_samples"] = len(samples)
+        meta["pairs_seconds"] = round(pairs_seconds, 3)
+        meta["verdicts"] = result.verdicts()
+        if continued:
+            meta["continuations"][-1]["after"] = {
+                c.workload: {"verdict": c.verdict, "n_pairs": c.n_pairs, "stop": c.stop}
+                for c in result.primary()
+            }
+        result.history = _history(meta)
+        write_outputs(result, samples)
+        store.write_meta(meta)
     return result
 
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
-from hakbench import paths
+from hakbench import interrupts, paths
 from hakbench import stats as st
 from hakbench.errors import UsageError
 from hakbench.meta import fingerprint, machine
@@ -404,27 +404,28 @@ def calibrate(
                 on_trial(t, n, len(order))
     except KeyboardInterrupt:
         interrupted = True
-    result = summarize(done, runs, threshold_pct)
-    result.update(
-        {
-            "workload": cell.workload.name,
-            "argv_base": list(cell.workload.args),
-            "allocator": cell.allocator_label,
-            "profile": cell.profile,
-            "trials": trials,
-            "trials_done": len(done),
-            "trials_planned": len(order),
-            "interrupted": interrupted,
-            "warmup_pairs": warmup,
-            "perf_wrapped": perf,
-            "seed": seed,
-            "machine": machine(),
-            "fingerprint": fingerprint(),
-            # the noise floor is the machine's *and* its neighbours': say how busy it was
-            "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        }
-    )
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        result = summarize(done, runs, threshold_pct)
+        result.update(
+            {
+                "workload": cell.workload.name,
+                "argv_base": list(cell.workload.args),
+                "allocator": cell.allocator_label,
+                "profile": cell.profile,
+                "trials": trials,
+                "trials_done": len(done),
+                "trials_planned": len(order),
+                "interrupted": interrupted,
+                "warmup_pairs": warmup,
+                "perf_wrapped": perf,
+                "seed": seed,
+                "machine": machine(),
+                "fingerprint": fingerprint(),
+                # the noise floor is the machine's *and* its neighbours': say how busy it was
+                "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            }
+        )
     return result, done
 
 

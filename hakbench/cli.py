@@ -30,7 +30,10 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             with interrupts.installed():
-                return super().invoke(ctx)
+                value = super().invoke(ctx)
+                if interrupts.received():  # a stop came while the report was written
+                    raise KeyboardInterrupt
+                return value
         except HakbenchError as e:
             click.echo(f"hakbench: error: {e}", err=True)
             sys.exit(e.exit_code)

@@ -15,7 +15,9 @@ the three (``installed``), and on the first of them:
 - the exit code is 128 + the signal: 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP)
   (``exit_code``).
 
-Later signals are recorded but raise nothing: the report being written from what finished
+Once the measuring is over the report is written inside ``finishing``: a stop signal there
+is recorded and the CLI exits with its code when the command returns. Later signals are
+recorded but raise nothing: the report being written from what finished
 is not cut off by an impatient second Ctrl-C (SIGKILL still ends everything, and every
 finished sample is on disk already). Without the CLI (a library call, a test) no handler is
 installed and a Ctrl-C is Python's own KeyboardInterrupt, exit code 130.
@@ -92,7 +94,11 @@ def reset() -> None:
 
 class deferred:
     """A section no stop signal cuts: the stop (``Interrupted``) comes at its end, when the
-    body finished without an exception of its own."""
+    body finished without an exception of its own (``then_raise``; else the stop is only
+    recorded: see ``finishing``)."""
+
+    def __init__(self, *, then_raise: bool = True):
+        self.then_raise = then_raise
 
     def __enter__(self):
         _state.depth += 1
@@ -102,9 +108,16 @@ class deferred:
         _state.depth -= 1
         if _state.depth == 0 and _state.pending:
             _state.pending = False
-            if exc_type is None:
+            if exc_type is None and self.then_raise:
                 raise Interrupted(_state.received or signal.SIGINT)
         return False
+
+
+def finishing() -> deferred:
+    """The section that writes the report of what finished: a stop signal arriving there
+    cuts nothing and raises nothing (the CLI exits 128 + the signal once the command
+    returns, ``received()`` says it came)."""
+    return deferred(then_raise=False)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench import engine, schedule
+from hakbench import engine, interrupts, schedule
 from hakbench.cell import Cell
 from hakbench.meta import cell_meta
 from hakbench.metrics import METRICS, PERF_SOURCED
@@ -111,6 +111,13 @@ def run_cell(
     finally:
         if progress:
             progress.close()
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        _summarise(result, store.path, cell)
+    return result
+
+
+def _summarise(result: CellRun, out: Path, cell: Cell) -> None:
+    """summary.csv: each metric's median with its CI, of the measured and the perf runs."""
     result.summaries = {
         source: [r for r in cell_summary(_values(group, names)) if r["n"]]
         for source, group, names in (
@@ -118,7 +125,7 @@ def run_cell(
             ("perf", result.perf_ok, PERF_SOURCED),
         )
     }
-    with open(store.path / "summary.csv", "w", newline="") as f:
+    with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=SUMMARY_FIELDS)
         w.writeheader()
         for source, rows in result.summaries.items():
@@ -126,4 +133,3 @@ def run_cell(
                 w.writerow(
                     {"workload": cell.workload.name, "cell": cell.key, "source": source, **r}
                 )
-    return result

@@ -766,10 +766,11 @@ def run_soak(
                 append_jsonl(out_dir / RUNS_FILE, {**record, "row": row})
     except KeyboardInterrupt:
         session.interrupted = True
-    session.load = monitor.stop()
-    done = [r.target for r in session.runs]
-    session.skipped = [t.label for t in plan.targets if t not in done]
-    session.summary = write_results(session)
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        session.load = monitor.stop()
+        done = [r.target for r in session.runs]
+        session.skipped = [t.label for t in plan.targets if t not in done]
+        session.summary = write_results(session)
     return session
 
 

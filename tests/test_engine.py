@@ -4,7 +4,8 @@ The kill test is real: a `hakbench` process of each measuring command is sent SI
 SIGTERM or SIGHUP at a random moment of its run; every sample (or epoch) stored when the
 signal was sent must still be there, unchanged, the exit code must say which signal it was,
 a TERM or HUP must leave the report written from what finished, and `--resume DIR` must
-complete the run (same kind of result, no slot measured twice)."""
+complete the run (same kind of result, no slot measured twice): after every SIGKILL, and
+after a soak's SIGTERM (a soak process stopped gently is on record, and runs again)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,14 @@ needs_harness = pytest.mark.skipif(
 )
 MATRIX = """
 name = "kill"
-runs = 80
+runs = 60
 warmup = 0
 seed = 3
 [axes]
 allocator = ["system"]
 workload = ["mixed_short"]
 """
-AB_RUNS = 60
+AB_RUNS = 40
 # command -> (argv after the command, the file that grows, a line count that means "running")
 COMMANDS = {
     "ab": (
@@ -49,12 +50,12 @@ COMMANDS = {
     ),
     "matrix": ([], "samples.jsonl"),
     "calibrate": (
-        ["-a", "system", "-w", "mixed_short", "--runs", "6", "--warmup", "0", "--trials", "6"]
+        ["-a", "system", "-w", "mixed_short", "--runs", "6", "--warmup", "0", "--trials", "4"]
         + ["-k", "2.5"],
         "samples.jsonl",
     ),
     "soak": (
-        ["--allocator", "system", "--duration", "1s", "--epoch", "0.1s", "--syscall-pass", "0"]
+        ["--allocator", "system", "--duration", "0.8s", "--epoch", "0.1s", "--syscall-pass", "0"]
         + ["--warmup-epochs", "1"],
         "epochs.jsonl",
     ),
@@ -119,6 +120,8 @@ def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
     if sig != signal.SIGKILL:  # the report, written from what finished
         _check_interrupted_report(command, out, stored, sig, why)
 
+    if sig == signal.SIGHUP or (sig == signal.SIGTERM and command != "soak"):
+        return  # (the resume after a TERM or HUP takes the path it takes after a KILL)
     # (a 1 s soak on a busy machine may judge its ops/s trend FAIL: not what is tested here)
     extra = ["--report-only"] if command == "soak" else []
     resumed = _hakbench([command, "--resume", str(out), *extra], scratch, text=True)
@@ -130,10 +133,13 @@ def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
 
 def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -> None:
     name = sig.name
+    # (a signal that lands after the last sample, while the report is written, leaves a
+    # complete report: what finished was everything)
     if command == "ab":
         meta = json.loads((out / "meta.json").read_text())
-        assert meta["finished"] is False and meta["n_samples"] == len(stored), why
-        assert f"Interrupted** by {name}" in (out / "report.md").read_text(), why
+        assert meta["n_samples"] == len(stored), why
+        if not meta["finished"]:
+            assert f"Interrupted** by {name}" in (out / "report.md").read_text(), why
     elif command == "matrix":
         with open(out / "summary.csv") as f:
             [row] = list(csv.DictReader(f))
@@ -142,13 +148,13 @@ def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -
         c = json.loads((out / "calibration.json").read_text())
         trials = out / "trials.jsonl"
         kept = len(read_jsonl(trials)) if trials.exists() else 0
-        assert c["interrupted"] and c["trials_done"] == kept, why
-        assert "**Interrupted**" in (out / "report.md").read_text(), why
+        assert c["trials_done"] == kept, why
+        assert not c["interrupted"] or "**Interrupted**" in (out / "report.md").read_text(), why
     else:
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["interrupted"] and summary["runs"][0]["status"] == "interrupted", why
         assert summary["runs"][0]["epochs"] == len(stored), why
-        assert f"Interrupted by {name}" in (out / "report.md").read_text(), why
+        if summary["interrupted"]:
+            assert f"Interrupted by {name}" in (out / "report.md").read_text(), why
 
 
 def _check_complete(command, out: Path, why: str) -> None:
@@ -162,15 +168,15 @@ def _check_complete(command, out: Path, why: str) -> None:
         assert meta["finished"] and meta["resumed"], why
         assert "Calls that measured into this directory" in (out / "report.md").read_text()
     elif command == "matrix":
-        assert len(samples) == 80, why
+        assert len(samples) == 60, why
     elif command == "calibrate":
         c = json.loads((out / "calibration.json").read_text())
-        assert not c["interrupted"] and c["trials_done"] == 12, why
-        assert len(samples) == 12 * 12, why
+        assert not c["interrupted"] and c["trials_done"] == 8, why
+        assert len(samples) == 8 * 12, why
     else:
         summary = json.loads((out / "summary.json").read_text())
         assert not summary["interrupted"] and summary["runs"][0]["status"] == "complete", why
-        assert summary["runs"][0]["epochs"] == 10, why
+        assert summary["runs"][0]["epochs"] == 8, why
 
 
 # ---- the pieces, in this process ----
@@ -317,3 +323,24 @@ def test_an_interrupted_gate_keeps_and_judges_what_it_measured(scratch, tmp_path
     for c in cells:  # what finished is judged and printed
         assert f"| C7_SAFE | {c['workload']} |" in stdout
     assert json.loads((results / "scorecard" / "gate.json").read_text())  # untouched
+
+
+@needs_harness
+def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+
+    monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
+    out = tmp_path / "ab"
+    argv = ["ab", "-a", "system", "-w", "mixed_short", "--runs", "2", "--perf", "off"]
+    assert CliRunner().invoke(main, [*argv, "--out", str(out)]).exit_code == 0
+    for name, patch in (
+        ("machine", lambda: "0123456789ab"),
+        ("source tree", lambda exclude=None: {"commit": "elsewhere", "dirty": "0"}),
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(engine, "fingerprint" if name == "machine" else "tree_state", patch)
+            r = CliRunner().invoke(main, ["ab", "--resume", str(out)])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and f"the {name}" in lines[0], r.output

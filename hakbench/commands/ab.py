@@ -215,10 +215,6 @@ def ab_cmd(
 
 def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> None:
     """Run the A/B (fresh, resumed or continued), print its verdicts, exit by the rule."""
-    if resume or continued:
-        how = "continuing" if continued else "resuming"
-        budget = f", {spec.max_time_s:g} s more" if continued else ""
-        click.echo(f"{how} {out}: {spec.describe()}{budget}", err=True)
     result = engine.run_ab(spec, out, resume=resume, continued=continued)
     if spec.is_aa:
         click.echo("A/A (no --baseline/--set): a noise check, not an experiment")

@@ -248,7 +248,8 @@ def _calibrate(cell, out: Path, meta: dict, p: dict, *, resume: bool) -> None:
         finished=finished,
     )
     progress.close()
-    cal.write_calibration(result, out, meta)
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        cal.write_calibration(result, out, meta)
     click.echo(cal.report_markdown(result))
     click.echo(f"results: {out}")
     if result["interrupted"]:
