@@ -697,6 +697,7 @@ def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -
 
 STOP_WHY = {
     "decided": "decided",
+    "drift": "the looks' intervals stopped overlapping (drift): more pairs will not decide",
     "budget": "the budget ran out",
     "failed": "a side failed",
     "interrupted": "interrupted",

@@ -474,7 +474,8 @@ def report_markdown(c: dict) -> str:
         f"average {' -> '.join(str(x) for x in c.get('load_avg_1min', []))} (start -> end)",
         f"- workload `{c['workload']}` under {c['allocator']}; {c['runs']} measured pairs "
         f"(+{c['warmup_pairs']} warm-up) per trial, {c['trials']} trials per condition; "
-        f"verdict threshold {c['threshold_pct']:g} %",
+        f"verdict threshold {c['threshold_pct']:g} %; seed {c.get('seed')} (`--seed` replays "
+        "the plan)",
         f"- **false-positive rate** (A/A not NEUTRAL): {fp_ci}",
         f"- **smallest injected effect detected** (NO-GO) in >= 80 % of trials: "
         f"{_fmt(c['smallest_detected_pct'])} %",

@@ -72,6 +72,9 @@ RULE = (
     "probability <= {alpha}) lies beyond half the threshold; NO-GO the same for a "
     "regression; NEUTRAL when both one-sided bounds lie within +-threshold (equivalent: two "
     "one-sided tests at {alpha}). The CI printed is the two-sided sequence. "
+    "A workload whose looks' intervals no longer overlap (the effect drifted: no single "
+    "change fits its pairs) stops INCONCLUSIVE at once, reason drift, with no promise of "
+    "the pairs that would decide. "
     "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
@@ -292,7 +295,7 @@ def pairs_to_decide(
 @dataclass
 class Stop:
     """Where one workload of a sequential A/B stands: its verdict so far and, once stopped,
-    why (``decided``, ``budget``, ``failed``, ``interrupted``)."""
+    why (``decided``, ``drift``, ``budget``, ``failed``, ``interrupted``)."""
 
     higher_is_better: bool
     state: Sequence_
@@ -378,13 +381,15 @@ class Stopper:
             )
             if s.verdict in DECISIVE:
                 s.reason = "decided"
+            elif s.state.last.drift:  # no single change fits the looks: more will not decide
+                s.reason = "drift"
         out_of_budget = self.elapsed() >= self.max_time_s
         for w in self.running():
             if out_of_budget or len(self.stops[w].logs) >= self.max_pairs:
                 self.stop(w, "budget")
         for s in self.stops.values():
             s.pairs_needed = None
-            if s.verdict == INCONCLUSIVE and s.state.last is not None:
+            if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
                 s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha)
         return self.running()
 

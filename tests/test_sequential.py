@@ -186,3 +186,20 @@ def test_a_drifting_effect_is_judged_on_the_current_interval_and_flagged():
     assert late.drift and sq.verdict(late, math.log(1.005), higher_is_better=True) == (
         sq.INCONCLUSIVE
     )
+
+
+def test_a_drift_stops_its_workload_at_once_with_no_promise_of_pairs():
+    """Once the looks' intervals no longer overlap more pairs cannot decide: the workload
+    stops INCONCLUSIVE, reason drift, without "~N pairs would likely decide"; the other
+    workload of the call runs on. (Two looks: 400 quiet pairs of no change, undecided at a
+    0.01 % threshold, then 4,000 of a 3 % slowdown.)"""
+    rng = np.random.default_rng(11)
+    rule = sq.Stopper({"w": True, "v": True}, 0.01, max_time_s=math.inf, max_pairs=10**6)
+    for mean, n in ((0.0, 400), (-0.03, 4000)):
+        for x in mean + 0.001 * rng.standard_normal(n):
+            rule.add("w", float(x))
+            rule.add("v", float(0.2 * rng.standard_normal()))  # a noisy A/A: undecided
+        running = rule.end_round()
+        assert rule.stops["w"].verdict == sq.INCONCLUSIVE
+    s = rule.stops["w"]
+    assert s.reason == "drift" and s.pairs_needed is None and running == ["v"]

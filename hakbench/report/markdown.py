@@ -78,10 +78,15 @@ def rss_verdict(result, workload: str, metric: str = "maxrss_kb") -> str:
 def stop_text(c) -> str:
     """How long a primary comparison's pairs took and why they stopped; for INCONCLUSIVE,
     the pairs in all (and the seconds more) that would likely decide."""
-    why = {"decided": "decided", "budget": "budget ran out", "failed": "a side failed"}
+    why = {
+        "decided": "decided",
+        "budget": "budget ran out",
+        "failed": "a side failed",
+        "drift": "drifted (the looks' intervals no longer overlap: more pairs will not decide)",
+    }
     parts = [f"{c.seconds:.1f} s" if c.seconds is not None else ""]
     parts.append(why.get(c.stop, c.stop))
-    if c.verdict == INCONCLUSIVE:
+    if c.verdict == INCONCLUSIVE and c.stop != "drift":
         if c.pairs_needed is None:
             parts.append("too few pairs to say how many would decide")
         else:
