@@ -27,6 +27,7 @@ import datetime as _dt
 import hashlib
 import json
 import secrets
+import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -76,6 +77,8 @@ class Session:
         old = self._stored.pop(key(tags), None)
         if old is not None:
             self.reused += 1
+            if self.on_sample:  # (a resumed run's progress counts what it kept)
+                self.on_sample(old)
             return old
         cut_before = interrupts.stops()
         with interrupts.deferred():
@@ -133,8 +136,10 @@ def identity(cells: Iterable, out: Path | None = None) -> dict:
     ``cells``: ``hakbench.cell.Cell`` objects (their library, program and environment);
     ``out``: the run directory (left out of the tree's digest)."""
     cells = list(cells)
+    programs = [c.command()[0][0] for c in cells]  # a real program by name: the one on PATH
     return identity_of(
-        [f for c in cells for f in (c.resolved_allocator().preload, c.command()[0][0])],
+        [c.resolved_allocator().preload for c in cells]
+        + [shutil.which(p) or p if "/" not in str(p) else p for p in programs],
         {c.key: c.env for c in cells},
         out,
     )
