@@ -344,3 +344,39 @@ def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_pat
             r = CliRunner().invoke(main, ["ab", "--resume", str(out)])
         lines = [x for x in r.output.splitlines() if x.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and f"the {name}" in lines[0], r.output
+
+
+@needs_harness
+def test_a_killed_sequential_ab_resumes_the_same_sequence(scratch, tmp_path):
+    """SIGKILL in the middle of a sequential ab; --resume replays the stored rounds look by
+    look and goes on under the rest of the budget: the verdict is the one a single
+    uninterrupted sequence over the same pairs gives."""
+    import math
+
+    from hakbench import sequential as seq
+    from hakbench.schedule import complete_pairs
+
+    out = tmp_path / "seq"
+    argv = ["ab", "-a", "system", "-w", "mixed_short", "--perf", "off", "--warmup", "1"]
+    proc = _hakbench([*argv, "--max-time", "1.5", "--out", str(out)], scratch, text=True)
+    deadline = time.monotonic() + 60
+    while _complete_lines(out / "samples.jsonl").count("\n") < 20:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    before = _complete_lines(out / "samples.jsonl")
+    proc.kill()
+    proc.communicate(timeout=60)
+    resumed = _hakbench(["ab", "--resume", str(out)], scratch, text=True)
+    _, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr
+    assert (out / "samples.jsonl").read_text().startswith(before)
+    samples = read_jsonl(out / "samples.jsonl")
+    assert len({engine.key(s) for s in samples}) == len(samples)
+    with open(out / "summary.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["role"] == "primary")
+    rule = seq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    for a, b in complete_pairs(samples, "mixed_short"):
+        rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
+        rule.end_round()
+    look = rule.stops["w"].state.last
+    assert look.n == int(row["n_pairs"]) and float(row["p_value"]) == pytest.approx(look.p_anytime)
