@@ -78,6 +78,8 @@ SUMMARY_FIELDS = (
     "ratio",
     "ci_low",
     "ci_high",
+    "decide_low",
+    "decide_high",
     "p_value",
     "p_holm",
     "n_pairs",
@@ -714,6 +716,7 @@ def apply_stop(c: st.Comparison, stopper) -> None:
     if look is None:
         return
     c.ratio, c.ci_low, c.ci_high = (math.exp(x) for x in (look.estimate, look.low, look.high))
+    c.decide_low, c.decide_high = (math.exp(x) for x in look.equivalence())
     c.p_value, c.p_holm, c.n_pairs = look.p_anytime, s.p_holm, look.n
     c.verdict = s.verdict
     if s.verdict == st.INCONCLUSIVE:
@@ -882,6 +885,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "ratio": c.ratio,
                     "ci_low": c.ci_low,
                     "ci_high": c.ci_high,
+                    # the interval the verdict was decided on: sequential, its one-sided
+                    # bounds; a fixed count, its CI
+                    "decide_low": c.ci_low if c.decide_low is None else c.decide_low,
+                    "decide_high": c.ci_high if c.decide_high is None else c.decide_high,
                     "p_value": c.p_value,
                     "p_holm": c.p_holm,
                     "n_pairs": c.n_pairs,
@@ -901,5 +908,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
             list(result.cells),
             out / "paired_ratios.png",
             threshold_pct=result.spec.threshold_pct,
+            bounds={
+                c.workload: (c.ratio, c.decide_low, c.decide_high)
+                for c in result.primary()
+                if c.decide_low is not None
+            },
         )
     write_ab_report(result, samples, out / "report.md")

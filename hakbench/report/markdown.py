@@ -52,10 +52,15 @@ def fmt(v, digits: int = 4) -> str:
     return f"{v:,.0f}"
 
 
-def fmt_ratio(c) -> str:
+def fmt_ratio(c, *, deciding: bool = False) -> str:
+    """``ratio [low, high]``; ``deciding``: the interval the verdict was decided on (a
+    sequential run's one-sided bounds; a fixed count's CI)."""
     if math.isnan(c.ratio):
         return "-"
-    ci = "" if c.ci_low == c.ci_high else f" [{c.ci_low:.4f}, {c.ci_high:.4f}]"
+    low, high = c.ci_low, c.ci_high
+    if deciding and getattr(c, "decide_low", None) is not None:
+        low, high = c.decide_low, c.decide_high
+    ci = "" if low == high else f" [{low:.4f}, {high:.4f}]"
     return f"{c.ratio:.4f}{ci}"
 
 
@@ -109,7 +114,7 @@ def verdict_rows(result) -> list[list[str]]:
             [
                 c.workload,
                 c.verdict,
-                fmt_ratio(c),
+                fmt_ratio(c, deciding=True),
                 fmt_p(c.p_value),
                 fmt_p(c.p_holm),
                 str(c.n_pairs),
@@ -124,7 +129,7 @@ def verdict_rows(result) -> list[list[str]]:
 VERDICT_HEADER = [
     "workload",
     "verdict",
-    "B/A (95 % CI)",
+    "B/A [interval that decides]",
     "p",
     "p_holm",
     "pairs",
