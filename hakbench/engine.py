@@ -62,6 +62,7 @@ class Session:
         stored: Iterable[dict] = (),
         on_sample: Callable[[dict], None] | None = None,
     ):
+        _import_whole()
         self.store = store
         self.on_sample = on_sample
         self._stored = {key(s): s for s in stored}
@@ -91,6 +92,16 @@ class Session:
             if self.on_sample:
                 self.on_sample(sample)
         return sample
+
+
+def _import_whole() -> None:
+    """numpy and scipy.stats, which the stop rules and the summaries use, imported before
+    the loop and whole: a stop signal that lands inside a C extension's first import leaves
+    it half-initialised, and the report written next fails on it ("cannot load module more
+    than once per process"; the kill test found one in matrix)."""
+    with interrupts.deferred():
+        import numpy  # noqa: F401
+        import scipy.stats  # noqa: F401
 
 
 def progress_step(progress) -> Callable[[dict], None]:

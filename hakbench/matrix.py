@@ -568,7 +568,7 @@ def run_matrix(
     runs only shard K of N (``hakbench.shard``). KeyboardInterrupt propagates after the
     finished samples are on disk.
     """
-    from hakbench import engine
+    from hakbench import engine, interrupts
     from hakbench.load import LoadMonitor
     from hakbench.meta import collect_meta
     from hakbench.store import RunStore, read_json
@@ -700,9 +700,10 @@ def run_matrix(
     monitor = LoadMonitor().start()
     for p in todo:
         session.take(tags(p), lambda p=p: take_sample(cells[p.index].cell, p.phase))
-    meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
-    store.write_meta(meta)
-    summaries = write_dir_summary(out_dir)
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
+        store.write_meta(meta)
+        summaries = write_dir_summary(out_dir)
     return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
 
 

@@ -116,12 +116,13 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
         click.echo(f"note: skipped {s.label}: {s.reason}", err=True)
     if run.reused:
         click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
-    print_summaries(run.summaries)
-    click.echo(describe_load(run.meta.get("load")))
-    apps = write_apps_report(out_dir)
-    if apps:
-        click.echo(f"applications and stress: {apps}")
-    click.echo(str(out_dir))
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        print_summaries(run.summaries)
+        click.echo(describe_load(run.meta.get("load")))
+        apps = write_apps_report(out_dir)
+        if apps:
+            click.echo(f"applications and stress: {apps}")
+        click.echo(str(out_dir))
     if not any(s.status == "ok" for s in run.summaries):
         raise MeasurementError(f"no sample of matrix {spec.name} succeeded; see {out_dir}")
 
