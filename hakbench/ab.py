@@ -26,6 +26,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hakbench import engine, interrupts
 from hakbench import sequential as seq
 from hakbench import stats as st
 from hakbench.cell import Cell, make_cell
@@ -38,7 +39,7 @@ from hakbench.profiles import expand_workloads, load_options, resolve_workload
 from hakbench.progress import Progress
 from hakbench.runner import instruction_sample, perf_usable, run_sample
 from hakbench.schedule import ab_schedule, complete_pairs, iter_ab_schedule
-from hakbench.store import RunStore, write_json, write_pyperf
+from hakbench.store import write_json, write_pyperf
 
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
 # while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
@@ -77,6 +78,8 @@ SUMMARY_FIELDS = (
     "ratio",
     "ci_low",
     "ci_high",
+    "decide_low",
+    "decide_high",
     "p_value",
     "p_holm",
     "n_pairs",
@@ -104,7 +107,7 @@ class ABSpec:
     iters: int | None = None  # iterations of every harness workload [default: run length]
     warmup_pairs: int = DEFAULT_WARMUP_PAIRS
     threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
-    seed: int = 1
+    seed: int | None = None  # None: a fresh one per call (engine.new_seed), recorded
     metric: str = "throughput"  # a TIMED_METRICS name, or "instructions"
     rev: str | None = None
     baseline_rev: str | None = None
@@ -176,6 +179,8 @@ class ABResult:
     load: dict | None = None  # hakbench.load: how busy the machine was while this measured
     iterations: dict = field(default_factory=dict)  # workload -> "N iterations: why"
     pairs_seconds: float = 0.0  # wall time from the first pair (warm-ups included) to the last
+    history: list = field(default_factory=list)  # resumes and continuations (meta.json)
+    stopped_by: str = ""  # the stop signal's description when interrupted
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command
@@ -348,12 +353,57 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
     return build_cells_why(spec, builds or {})
 
 
-def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None) -> ABResult:
-    """Run the whole A/B and write every output file into ``out``."""
+def spec_of(meta: dict) -> ABSpec:
+    """The spec a run directory's meta.json recorded (for --resume and --continue)."""
+    fields = {f.name for f in dataclasses.fields(ABSpec)}
+    data = {k: v for k, v in meta["spec"].items() if k in fields}
+    data["workloads"] = tuple(data.get("workloads") or DEFAULT_WORKLOADS)
+    return ABSpec(**data)
+
+
+def resume_spec(out: Path, *, max_time_s: float | None = None) -> ABSpec:
+    """The spec of the run in ``out``, for ``ab --resume`` (as recorded) or ``ab --continue``
+    (a sequential run, with a new budget ``max_time_s``): a run that cannot be continued
+    is one line (UsageError)."""
+    meta = engine.stored_meta(out, "ab", "--resume" if max_time_s is None else "--continue")
+    spec = spec_of(meta)
+    if max_time_s is None:
+        return spec
+    if not spec.sequential:
+        raise UsageError(
+            f"--continue {out}: it ran a fixed count (--runs) or exact counts; only a "
+            "sequential run continues under its confidence sequence"
+        )
+    verdicts = meta.get("verdicts") or {}
+    if meta.get("finished") and verdicts and seq.INCONCLUSIVE not in verdicts.values():
+        raise UsageError(f"--continue {out}: every workload is decided already ({verdicts})")
+    return dataclasses.replace(spec, max_time_s=max_time_s)
+
+
+def run_ab(
+    spec: ABSpec,
+    out: Path,
+    *,
+    show_progress: bool = True,
+    command=None,
+    resume: bool = False,
+    continued: bool = False,
+) -> ABResult:
+    """Run the whole A/B and write every output file into ``out``.
+
+    ``resume`` (``ab --resume``; ``spec`` from ``resume_spec``): the samples in ``out`` are
+    kept and their slots not run again; the schedule is the seeded one the run started, so
+    the rest of it is unchanged, and a sequential run replays its looks round by round
+    from the stored pairs (the same looks, the same stops) before it runs new pairs, its
+    budget counting the stored pairs' seconds. ``continued`` (``ab --continue``): the same,
+    but the budget (``spec.max_time_s``) counts from now: a sequential run extended under
+    the same anytime-valid sequence (its looks are the ones it had, and go on from there)."""
+    resume = resume or continued
+    if spec.seed is None:
+        spec = dataclasses.replace(spec, seed=engine.new_seed())
     builds, shas = _resolve_builds(spec)
     with_why = check_spec_why(spec, builds)
     cells = {w: ab for w, (ab, _) in with_why.items()}
-    store = RunStore(out, fresh=True)
     meta = collect_meta(
         command,
         kind="ab",
@@ -377,7 +427,16 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         rev_shas=shas,
     )
     meta["iterations"] = {w: why for w, (_, why) in with_why.items()}
-    store.write_meta(meta)
+    flag = "--continue" if continued else "--resume"
+    ident = engine.identity((c for ab in cells.values() for c in ab), out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
+    if continued:
+        before = {w: {"verdict": v} for w, v in (meta.get("verdicts") or {}).items()}
+        meta.setdefault("continuations", []).append(
+            {"max_time_s": spec.max_time_s, "before": before, "date": meta["resumed"][-1]["date"]}
+        )
+        meta["spec"]["max_time_s"] = spec.max_time_s
+        store.write_meta(meta)  # a continuation killed in its turn is still on record
     noise_warning = noise_warning_for(spec)
     interrupted = False
     pairs_seconds = 0.0
@@ -409,24 +468,27 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         n_total += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
     progress = Progress(n_total, "ab") if show_progress else None
     own = primaries(cells)
+    # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds, counted
+    # once the replay is over, so no stored pair is left out of the verdict by the budget
+    replayed = {"s": 0.0, "pending": 0.0}
     stopper = (
         seq.Stopper(
             {w: METRICS[own.get(w, spec.metric)].higher_is_better for w in cells},
             spec.threshold_pct,
             max_time_s=spec.max_time_s,
             max_pairs=spec.max_pairs,
+            clock=lambda: time.monotonic() + replayed["s"],
         )
         if spec.sequential
         else None
     )
     pair_seconds: dict = defaultdict(float)  # workload -> wall seconds of its measured pairs
+    session = engine.Session(
+        store, stored=stored, on_sample=engine.progress_step(progress) if progress else None
+    )
 
-    def record(sample, **extra):
-        sample.update(extra)
-        store.append(sample)
-        if progress:
-            progress.step(sample["status"] == "ok", sample.get("error") or "")
-        return sample
+    def take(cell, tags: dict, run) -> dict:
+        return session.take({"cell": cell.key, "workload": cell.workload.name, **tags}, run)
 
     monitor = LoadMonitor().start()
     try:
@@ -434,32 +496,45 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
             for side, cell in (("A", a), ("B", b)):
                 if cell.allocator != "hakmem":
                     continue
-                s = record(_observe(cell, spec), side=side, pair=None, round=None)
+                tags = {"phase": "observe", "side": side, "pair": None, "round": None}
+                s = take(cell, tags, lambda cell=cell: _observe(cell, spec))
                 observed[(w, side)] = s["alloc_stats"] if s["status"] == "ok" else None
         if spec.metric == "instructions":
             for a, b in cells.values():
                 for side, cell in (("A", a), ("B", b)):
-                    record(instruction_sample(cell), side=side, pair=0, round=0)
+                    tags = {"phase": "instructions", "side": side, "pair": 0, "round": 0}
+                    take(cell, tags, lambda cell=cell: instruction_sample(cell))
 
         def run_slot(slot) -> dict:
             a, b = cells[slot.workload]
             cell = a if slot.side == "A" else b
             perf = slot.phase == "perf" or spec.perf == "each"
+            tags = {"phase": slot.phase, "side": slot.side, "pair": slot.pair, "round": slot.round}
+            old = session.stored({"cell": cell.key, "workload": slot.workload, **tags})
+            if old is not None and slot.phase in ("warmup", "measure") and not continued:
+                replayed["pending"] += old.get("wall_s") or 0.0
+            elif old is None:
+                replayed["s"] += replayed.pop("pending", 0.0)
             t0 = time.monotonic()
-            s = run_sample(
+            s = take(
                 cell,
-                phase=slot.phase,
-                perf=perf,
-                timeout=spec.timeout,
-                args=_args(spec, cell, slot),
+                tags,
+                lambda: run_sample(
+                    cell,
+                    phase=slot.phase,
+                    perf=perf,
+                    timeout=spec.timeout,
+                    args=_args(spec, cell, slot),
+                ),
             )
             if slot.phase == "measure":
-                pair_seconds[slot.workload] += time.monotonic() - t0
-            return record(s, side=slot.side, pair=slot.pair, round=slot.round)
+                live = time.monotonic() - t0
+                pair_seconds[slot.workload] += (s.get("wall_s") or 0.0) if old else live
+            return s
 
         t_pairs = time.monotonic()
         if stopper is not None:
-            stopper.t0 = t_pairs  # the budget counts from the first pair
+            stopper.t0 = time.monotonic()  # the budget counts from the first pair
             _sequential_pairs(spec, cells, run_slot, stopper, own)
         for slot in slots:
             run_slot(slot)
@@ -474,72 +549,102 @@ def run_ab(spec: ABSpec, out: Path, *, show_progress: bool = True, command=None)
         meta["load"] = monitor.stop()
         if progress:
             progress.close()
-    samples = store.samples()
-    engaged = {
-        w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
-        if observe and w in observed_cells
-        else {
-            "status": "n/a",
-            "detail": "command workload: no stats run"
-            if w not in observed_cells
-            else "no hakmem side"
-            if spec.observe
-            else "not observed",
-        }
-        for w, (a, b) in cells.items()
-    }
-    comparisons, roles = analyse(samples, list(cells), spec, own)
-    for c in comparisons:
-        role = roles.get((c.workload, c.metric), roles.get(c.metric))
-        if role == "primary" and c.source == "pairs":
-            c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
-            if stopper is not None:
-                apply_stop(c, stopper)
-            elif c.verdict == st.INCONCLUSIVE:
-                fixed_n_pairs_needed(c, spec.threshold_pct)
-    failures = failures_by_workload(samples, list(cells), spec)
-    for c in comparisons:
-        role = roles.get((c.workload, c.metric), roles.get(c.metric))
-        if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
-            c.verdict = st.NOT_ENGAGED
-        if role == "primary" and failures[c.workload].verdict:
-            c.verdict = failures[c.workload].verdict  # survivors never decide
-    result = ABResult(
-        out=store.path,
-        spec=spec,
-        cells=cells,
-        comparisons=comparisons,
-        roles=roles,
-        engagement=engaged,
-        failures={w: f.note for w, f in failures.items()},
-        failed=[s for s in samples if s["status"] != "ok"],
-        unavailable=unmeasured(samples),
-        perf_counters=perf_counter_table(samples, list(cells)),
-        perf_note=perf_note,
-        noise_warning=noise_warning,
-        load=meta["load"],
-        iterations=meta["iterations"],
-        pairs_seconds=pairs_seconds,
-        interrupted=interrupted,
-        shas=shas,
-        changed_libraries=sorted(
-            {
-                side["preload"]
-                for per_workload in meta["cells"].values()
-                for side in per_workload.values()
-                if side["preload"] and _sha256(Path(side["preload"])) != side["preload_sha256"]
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        samples = store.samples()
+        engaged = {
+            w: engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
+            if observe and w in observed_cells
+            else {
+                "status": "n/a",
+                "detail": "command workload: no stats run"
+                if w not in observed_cells
+                else "no hakmem side"
+                if spec.observe
+                else "not observed",
             }
-        ),
-    )
-    write_outputs(result, samples)
-    meta["changed_libraries"] = result.changed_libraries
-    meta["finished"] = not interrupted
-    meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
-    meta["n_samples"] = len(samples)
-    meta["pairs_seconds"] = round(pairs_seconds, 3)
-    meta["verdicts"] = result.verdicts()
-    store.write_meta(meta)
+            for w, (a, b) in cells.items()
+        }
+        comparisons, roles = analyse(samples, list(cells), spec, own)
+        for c in comparisons:
+            role = roles.get((c.workload, c.metric), roles.get(c.metric))
+            if role == "primary" and c.source == "pairs":
+                c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
+                if stopper is not None:
+                    apply_stop(c, stopper)
+                elif c.verdict == st.INCONCLUSIVE:
+                    fixed_n_pairs_needed(c, spec.threshold_pct)
+        failures = failures_by_workload(samples, list(cells), spec)
+        for c in comparisons:
+            role = roles.get((c.workload, c.metric), roles.get(c.metric))
+            if role == "primary" and engaged[c.workload]["status"] == "not-engaged":
+                c.verdict = st.NOT_ENGAGED
+            if role == "primary" and failures[c.workload].verdict:
+                c.verdict = failures[c.workload].verdict  # survivors never decide
+        result = ABResult(
+            out=store.path,
+            spec=spec,
+            cells=cells,
+            comparisons=comparisons,
+            roles=roles,
+            engagement=engaged,
+            failures={w: f.note for w, f in failures.items()},
+            failed=[s for s in samples if s["status"] != "ok"],
+            unavailable=unmeasured(samples),
+            perf_counters=perf_counter_table(samples, list(cells)),
+            perf_note=perf_note,
+            noise_warning=noise_warning,
+            load=meta["load"],
+            iterations=meta["iterations"],
+            pairs_seconds=pairs_seconds,
+            interrupted=interrupted,
+            stopped_by=interrupts.describe() if interrupted else "",
+            shas=shas,
+            changed_libraries=sorted(
+                {
+                    side["preload"]
+                    for per_workload in meta["cells"].values()
+                    for side in per_workload.values()
+                    if side["preload"] and _sha256(Path(side["preload"])) != side["preload_sha256"]
+                }
+            ),
+        )
+        meta["changed_libraries"] = result.changed_libraries
+        meta["finished"] = not interrupted
+        meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
+        meta["n_samples"] = len(samples)
+        meta["pairs_seconds"] = round(pairs_seconds, 3)
+        meta["verdicts"] = result.verdicts()
+        if continued:
+            meta["continuations"][-1]["after"] = {
+                c.workload: {"verdict": c.verdict, "n_pairs": c.n_pairs, "stop": c.stop}
+                for c in result.primary()
+            }
+        result.history = _history(meta)
+        write_outputs(result, samples)
+        store.write_meta(meta)
     return result
+
+
+def _history(meta: dict) -> list[str]:
+    """One line per call that measured into the directory: the start, each resume and each
+    continuation (its budget and the verdicts before and after)."""
+    spec = meta.get("spec", {})
+    lines = [f"{meta.get('date')}: started, seed {spec.get('seed')}"]
+    conts = iter(meta.get("continuations", []))
+    for r in meta.get("resumed", []):
+        if r.get("how") != "--continue":
+            lines.append(f"{r['date']}: resumed (--resume), the stored samples kept")
+            continue
+        c = next(conts, {})
+        before = ", ".join(f"{w} {v['verdict']}" for w, v in c.get("before", {}).items())
+        after = ", ".join(
+            f"{w} {v['verdict']} at {v['n_pairs']} pairs" for w, v in c.get("after", {}).items()
+        )
+        lines.append(
+            f"{r['date']}: continued (--continue, budget {c.get('max_time_s')} s) from "
+            f"{before or 'an unfinished run'} to {after or 'an interrupted continuation'}"
+        )
+    return lines
 
 
 def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
@@ -594,6 +699,7 @@ def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -
 
 STOP_WHY = {
     "decided": "decided",
+    "drift": "the looks' intervals stopped overlapping (drift): more pairs will not decide",
     "budget": "the budget ran out",
     "failed": "a side failed",
     "interrupted": "interrupted",
@@ -610,6 +716,7 @@ def apply_stop(c: st.Comparison, stopper) -> None:
     if look is None:
         return
     c.ratio, c.ci_low, c.ci_high = (math.exp(x) for x in (look.estimate, look.low, look.high))
+    c.decide_low, c.decide_high = (math.exp(x) for x in look.equivalence())
     c.p_value, c.p_holm, c.n_pairs = look.p_anytime, s.p_holm, look.n
     c.verdict = s.verdict
     if s.verdict == st.INCONCLUSIVE:
@@ -778,6 +885,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "ratio": c.ratio,
                     "ci_low": c.ci_low,
                     "ci_high": c.ci_high,
+                    # the interval the verdict was decided on: sequential, its one-sided
+                    # bounds; a fixed count, its CI
+                    "decide_low": c.ci_low if c.decide_low is None else c.decide_low,
+                    "decide_high": c.ci_high if c.decide_high is None else c.decide_high,
                     "p_value": c.p_value,
                     "p_holm": c.p_holm,
                     "n_pairs": c.n_pairs,
@@ -797,5 +908,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
             list(result.cells),
             out / "paired_ratios.png",
             threshold_pct=result.spec.threshold_pct,
+            bounds={
+                c.workload: (c.ratio, c.decide_low, c.decide_high)
+                for c in result.primary()
+                if c.decide_low is not None
+            },
         )
     write_ab_report(result, samples, out / "report.md")

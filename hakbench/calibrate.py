@@ -24,21 +24,18 @@ is the lab machine's committed reference, used when this machine has none.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import math
 import os
-import platform
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
-from hakbench import paths
+from hakbench import interrupts, paths
 from hakbench import stats as st
 from hakbench.errors import UsageError
-from hakbench.meta import cpu_model
+from hakbench.meta import fingerprint, machine
 from hakbench.runner import run_sample
 from hakbench.schedule import ab_schedule, complete_pairs
 from hakbench.store import append_jsonl, read_json, write_json, write_text
@@ -97,19 +94,35 @@ def run_trial(
     threshold_pct: float,
     perf: bool = False,
     timeout: float = 120.0,
+    session=None,
+    trial: int | None = None,
 ) -> Trial:
-    """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``."""
+    """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``. Each sample
+    goes through ``session`` (``hakbench.engine.Session``: stored as it finishes, tagged
+    ``trial``, reused when a resumed calibration holds it). A side that failed where the
+    other did not (``stats.failures``) makes the trial FAILED, as it makes an ab's verdict."""
     base = tuple(cell.workload.args)
     args = {"A": [*base, *extra_work_arg(0.0)], "B": [*base, *extra_work_arg(k)]}
     samples = []
     for slot in ab_schedule([cell.workload.name], runs, warmup, seed):
-        s = run_sample(cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side])
-        samples.append({**s, "side": slot.side, "pair": slot.pair, "round": slot.round})
+        tags = {"cell": cell.key, "workload": cell.workload.name, "trial": trial}
+        tags.update(phase=slot.phase, side=slot.side, pair=slot.pair, round=slot.round)
+
+        def run(slot=slot) -> dict:
+            return run_sample(
+                cell, phase=slot.phase, perf=perf, timeout=timeout, args=args[slot.side]
+            )
+
+        samples.append(session.take(tags, run) if session else {**run(), **tags})
     failed = sum(s["status"] != "ok" for s in samples)
     pairs = complete_pairs(samples, cell.workload.name)
     a = [float(x["metrics"]["throughput"]) for x, _ in pairs]
     b = [float(y["metrics"]["throughput"]) for _, y in pairs]
-    return judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
+    t = judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
+    measured = [s for s in samples if s["phase"] == "measure"]
+    if st.failures(*([s for s in measured if s["side"] == x] for x in "AB")).verdict:
+        t.verdict, t.resolved = st.FAILED, False  # survivors never decide
+    return t
 
 
 def judge_trial(
@@ -211,7 +224,25 @@ def condition_table(trials: Sequence[Trial]):
 
 def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
     """Rates (with Wilson CIs) and effects per condition, the false-positive rate, the
-    smallest effect detected and the smallest resolved in >= 80 % of trials."""
+    smallest effect detected and the smallest resolved in >= 80 % of trials. A FAILED trial
+    (a side failed) is counted apart and judges nothing."""
+    failed_trials = [t for t in trials if t.verdict == st.FAILED]
+    trials = [t for t in trials if t.verdict != st.FAILED]
+    if not trials:
+        return {
+            "format": FORMAT,
+            "false_positive_rate": None,
+            "false_positive_ci95": None,
+            "smallest_detected_pct": None,
+            "noise_floor_pct": None,
+            "noise_log_sd": None,
+            "runs": runs,
+            "threshold_pct": threshold_pct,
+            "alpha": ALPHA,
+            "power": POWER,
+            "conditions": [],
+            "failed_trials": len(failed_trials),
+        }
     table = condition_table(trials)
     conditions = []
     for r in table.to_dict("records"):
@@ -249,6 +280,7 @@ def summarize(trials: list[Trial], runs: int, threshold_pct: float) -> dict:
         "alpha": ALPHA,
         "power": POWER,
         "conditions": conditions,
+        "failed_trials": len(failed_trials),
     }
 
 
@@ -259,34 +291,6 @@ def smallest_effect(conditions: Sequence[dict], rate: str) -> float | None:
 
 
 # ---- the machine a calibration belongs to ----
-
-
-def _mem_total_gib() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def machine() -> dict:
-    return {
-        "hostname": platform.node(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "mem_gib": _mem_total_gib(),
-        "kernel": platform.release(),
-    }
-
-
-def fingerprint(m: dict | None = None) -> str:
-    """12 hex digits naming a machine: host name, CPU model and count, memory. (Not the
-    kernel: this VM's kernel build string changes from boot to boot.)"""
-    m = m or machine()
-    key = json.dumps([m.get(k) for k in ("hostname", "cpu", "cpu_count", "mem_gib")])
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def machine_path(fp: str | None = None) -> Path:
@@ -363,18 +367,26 @@ def calibrate(
     seed: int = 1,
     perf: bool = False,
     on_trial: Callable[[Trial, int, int], None] | None = None,
+    session=None,
+    finished: Sequence[Trial] = (),
 ) -> tuple[dict, list[Trial]]:
     """Run every trial and summarise; ``on_trial(trial, done, total)`` reports progress.
+    ``session``: the run directory's ``engine.Session`` (samples stored as they finish);
+    ``finished``: trials a resumed calibration already holds (not run again).
 
-    Ctrl-C ends the calibration after the finished trials: the summary covers them and says
-    ``"interrupted": true``.
+    A stop signal ends the calibration after the finished trials: the summary covers them
+    and says ``"interrupted": true``.
     """
     order = plan(extra_work, trials, seed)
     load_before = os.getloadavg()[0]
+    kept = {(t.extra_work, t.index): t for t in finished}
     done: list[Trial] = []
     interrupted = False
     try:
         for n, (k, i) in enumerate(order, 1):
+            if (k, i) in kept:
+                done.append(kept[(k, i)])
+                continue
             t = run_trial(
                 cell,
                 k,
@@ -384,33 +396,36 @@ def calibrate(
                 seed=seed * 100003 + n,
                 threshold_pct=threshold_pct,
                 perf=perf,
+                session=session,
+                trial=n,
             )
             done.append(t)
             if on_trial:
                 on_trial(t, n, len(order))
     except KeyboardInterrupt:
         interrupted = True
-    result = summarize(done, runs, threshold_pct)
-    result.update(
-        {
-            "workload": cell.workload.name,
-            "argv_base": list(cell.workload.args),
-            "allocator": cell.allocator_label,
-            "profile": cell.profile,
-            "trials": trials,
-            "trials_done": len(done),
-            "trials_planned": len(order),
-            "interrupted": interrupted,
-            "warmup_pairs": warmup,
-            "perf_wrapped": perf,
-            "seed": seed,
-            "machine": machine(),
-            "fingerprint": fingerprint(),
-            # the noise floor is the machine's *and* its neighbours': say how busy it was
-            "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        }
-    )
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        result = summarize(done, runs, threshold_pct)
+        result.update(
+            {
+                "workload": cell.workload.name,
+                "argv_base": list(cell.workload.args),
+                "allocator": cell.allocator_label,
+                "profile": cell.profile,
+                "trials": trials,
+                "trials_done": len(done),
+                "trials_planned": len(order),
+                "interrupted": interrupted,
+                "warmup_pairs": warmup,
+                "perf_wrapped": perf,
+                "seed": seed,
+                "machine": machine(),
+                "fingerprint": fingerprint(),
+                # the noise floor is the machine's *and* its neighbours': say how busy it was
+                "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            }
+        )
     return result, done
 
 
@@ -459,13 +474,16 @@ def report_markdown(c: dict) -> str:
         f"average {' -> '.join(str(x) for x in c.get('load_avg_1min', []))} (start -> end)",
         f"- workload `{c['workload']}` under {c['allocator']}; {c['runs']} measured pairs "
         f"(+{c['warmup_pairs']} warm-up) per trial, {c['trials']} trials per condition; "
-        f"verdict threshold {c['threshold_pct']:g} %",
+        f"verdict threshold {c['threshold_pct']:g} %; seed {c.get('seed')} (`--seed` replays "
+        "the plan)",
         f"- **false-positive rate** (A/A not NEUTRAL): {fp_ci}",
         f"- **smallest injected effect detected** (NO-GO) in >= 80 % of trials: "
         f"{_fmt(c['smallest_detected_pct'])} %",
         f"- **noise floor** (smallest injected effect the CI and Wilcoxon legs resolve in "
         f">= 80 % of trials, threshold aside): {_fmt(c['noise_floor_pct'])} %",
         f"- pair noise (robust SD of log B/A in the A/A trials): {_fmt(c['noise_log_sd'], '.4f')}",
+        f"- trials FAILED (a side failed where the other did not; not judged): "
+        f"{c.get('failed_trials', 0)}",
         "",
         "| condition | effect here (paired median) | trials | NO-GO | GO | p<0.05 "
         "| detected (95 % CI) | resolved (95 % CI) |",

@@ -12,14 +12,16 @@ import sys
 
 import click
 
-from hakbench import __version__, meta
-from hakbench.errors import EXIT_INTERRUPTED, HakbenchError
+from hakbench import __version__, interrupts, meta
+from hakbench.errors import HakbenchError
 
 
 class _Group(click.Group):
-    """Turn HakbenchError into one line on stderr and its exit code, and a Ctrl-C that no
-    command caught (each one that writes files catches it to write what finished first)
-    into one line and exit 130, not click's "Aborted!" and exit 1."""
+    """Run every command under the one signal policy (hakbench.interrupts: SIGINT, SIGTERM
+    and SIGHUP stop it alike); turn HakbenchError into one line on stderr and its exit code,
+    and a stop that no command caught (each one that writes files catches it to write what
+    finished first) into one line and exit 128 + the signal (130, 143, 129), not click's
+    "Aborted!" and exit 1."""
 
     def main(self, args=None, *a, **kw):
         meta.INVOCATION = ["hakbench", *(sys.argv[1:] if args is None else list(args))]
@@ -27,13 +29,17 @@ class _Group(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with interrupts.installed():
+                value = super().invoke(ctx)
+                if interrupts.received():  # a stop came while the report was written
+                    raise KeyboardInterrupt
+                return value
         except HakbenchError as e:
             click.echo(f"hakbench: error: {e}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("\nhakbench: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(interrupts.exit_code())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

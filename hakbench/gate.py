@@ -48,7 +48,7 @@ import platform
 import subprocess
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,15 +200,19 @@ def gate_cells(spec: GateSpec, *, build: Path | None = None) -> list:
     ]
 
 
-def measure_faults(cell, runs: int = FAULT_RUNS) -> dict:
+def measure_faults(cell, runs: int = FAULT_RUNS, session=None) -> dict:
     """Minor page faults of ``runs`` native runs of ``cell`` (no perf: the harness is
     hakbench's own child and wait4 gives its rusage), and their median.
-    ``{"status", "minflt", "minflt_runs", "error"}``; never raises for a failed run."""
+    ``{"status", "minflt", "minflt_runs", "error"}``; never raises for a failed run.
+    ``session`` (``hakbench.engine.Session``): each run stored the moment it finishes."""
     from hakbench.runner import run_sample
 
     counts = []
-    for _ in range(runs):
-        s = run_sample(cell, phase="gate", perf=False)
+    for i in range(runs):
+        tags = {"cell": cell.key, "workload": cell.workload.name, "phase": "gate", "round": i}
+        s = (session.take if session else lambda _tags, run: run())(
+            tags, lambda: run_sample(cell, phase="gate", perf=False)
+        )
         flt = s.get("metrics", {}).get("minflt")
         if s["status"] != "ok" or not isinstance(flt, int):
             error = s.get("error") or s["status"]
@@ -223,6 +227,7 @@ def measure(
     jobs: int = 2,
     on_result: Callable[[dict], None] | None = None,
     ir_runs: Callable[[str], int] = lambda workload: 1,
+    session=None,
 ) -> list[dict]:
     """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell
     (the lowest of ``ir_runs(workload)`` counts, ``hakbench.instructions.lowest_count``).
@@ -230,10 +235,12 @@ def measure(
     The native runs go first, one at a time, so they do not share the CPUs with callgrind
     (a purge after a delay makes faults depend a little on timing); then callgrind runs
     ``jobs`` at a time (counts do not depend on what else runs, only the wall time does).
-    One row per cell, in the cells' order."""
+    One row per cell, in the cells' order; ``on_result(row)`` as each finishes, in this
+    thread. A stop signal during the counts lets the running ones finish (their rows are
+    reported), starts no other, and then stops (KeyboardInterrupt)."""
     from hakbench.instructions import measure_lowest
 
-    faults = [measure_faults(cell) for cell in cells]
+    faults = [measure_faults(cell, session=session) for cell in cells]
 
     def one(item) -> dict:
         cell, f = item
@@ -254,12 +261,27 @@ def measure(
         }
         if r["ir_runs"]:
             row["ir_runs"] = r["ir_runs"]
-        if on_result:
-            on_result(row)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, zip(cells, faults, strict=True)))
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(one, item) for item in zip(cells, faults, strict=True)]
+    pending = set(futures)
+
+    def report(f) -> None:
+        pending.discard(f)
+        if on_result:
+            on_result(f.result())
+
+    try:
+        for f in as_completed(futures):
+            report(f)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=True, cancel_futures=True)  # the running counts finish
+        for f in [f for f in futures if f in pending and f.done() and not f.cancelled()]:
+            report(f)
+        raise
+    pool.shutdown()
+    return [f.result() for f in futures]
 
 
 def _first_line(argv: list[str]) -> str | None:

@@ -347,14 +347,6 @@ def plan(
     return out
 
 
-def done_keys(samples: Iterable[dict]) -> set[tuple]:
-    """(cell key, phase, round, pair) of every sample already recorded, whatever its status:
-    a reference runs once per cell it is compared with in each round."""
-    return {
-        (s["cell"], s["phase"], int(s["round"]), s.get("pair")) for s in samples if "round" in s
-    }
-
-
 def take_sample(cell, phase: str) -> dict:
     """One sample of ``cell``: a timed process, or an instruction count for that phase.
 
@@ -576,6 +568,7 @@ def run_matrix(
     runs only shard K of N (``hakbench.shard``). KeyboardInterrupt propagates after the
     finished samples are on disk.
     """
+    from hakbench import engine, interrupts
     from hakbench.load import LoadMonitor
     from hakbench.meta import collect_meta
     from hakbench.store import RunStore, read_json
@@ -603,11 +596,14 @@ def run_matrix(
     out_dir = Path(out_dir)
     samples_file = out_dir / "samples.jsonl"
     meta_file = out_dir / "meta.json"
+    ident = engine.identity((c.cell for c in cells), out_dir)
     if resume:
         if not meta_file.exists():
             raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
         meta = read_json(meta_file)
         _meta_cells_match(meta, cells, out_dir)
+        if "identity" in meta:  # (runs before the identity was recorded resume unchecked)
+            engine.check_identity(meta["identity"], ident, out_dir)
         if meta.get("shard") != shard_info:
             raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
         if meta["matrix"]["metric"] != metric:
@@ -652,11 +648,11 @@ def run_matrix(
             cells=cells_meta(cells),
             skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
             shard=shard_info,
+            identity=ident,
         )
     store = RunStore(out_dir)
     store.write_meta(meta)
     previous = store.samples() if samples_file.exists() else []
-    done = done_keys(previous)
     m = meta["matrix"]
     phase = "measure" if metric == "throughput" else "instructions"
     # timed rounds pair each cell with its reference; exact instruction counts need no pair
@@ -670,28 +666,44 @@ def run_matrix(
         m.get("instructions", False),
         partner=partner if phase == "measure" else None,
     )
+
+    def tags(p: PlannedSample) -> dict:
+        return {
+            "cell": cells[p.index].key,
+            "phase": p.phase,
+            "round": p.round,
+            "pair": _pair_key(cells, p),
+            "side": p.side,
+            "workload": cells[p.index].cell.workload.name,
+            "run_id": meta["run_id"],
+        }
+
+    done = {engine.key(tags(p)) for p in planned} & {engine.key(s) for s in previous}
     todo = [
         p
         for p in planned
-        if (cells[p.index].key, p.phase, p.round, _pair_key(cells, p)) not in done
+        if engine.key(tags(p)) not in done
         # instruction counts are per harness op: a command workload (a real program) has none
         and not (p.phase == "instructions" and cells[p.index].cell.workload.command)
     ]
     # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
     group_size = Counter(p.phase == "instructions" for p in todo)
     group_done: Counter = Counter()
-    monitor = LoadMonitor().start()
-    for p in todo:
-        sample = take_sample(cells[p.index].cell, p.phase)
-        sample.update(run_id=meta["run_id"], round=p.round, side=p.side, pair=_pair_key(cells, p))
-        store.append(sample)  # gives it its seq and fsyncs it
-        group = p.phase == "instructions"
+
+    def step(sample: dict) -> None:
+        group = sample["phase"] == "instructions"
         group_done[group] += 1
         if on_sample:
             on_sample(group_done[group], group_size[group], sample)
-    meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
-    store.write_meta(meta)
-    summaries = write_dir_summary(out_dir)
+
+    session = engine.Session(store, on_sample=step)
+    monitor = LoadMonitor().start()
+    for p in todo:
+        session.take(tags(p), lambda p=p: take_sample(cells[p.index].cell, p.phase))
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
+        store.write_meta(meta)
+        summaries = write_dir_summary(out_dir)
     return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
 
 

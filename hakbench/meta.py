@@ -7,6 +7,8 @@ kernel, compiler, glibc, THP and overcommit settings, perf availability, command
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import os
 import platform
 import shlex
@@ -55,6 +57,37 @@ def _selected(text: str | None) -> str | None:
     if "[" in text:
         return text.split("[", 1)[1].split("]", 1)[0]
     return text
+
+
+# ---- the machine a measurement belongs to (calibrations, resumes) ----
+
+
+def _mem_total_gib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def machine() -> dict:
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "mem_gib": _mem_total_gib(),
+        "kernel": platform.release(),
+    }
+
+
+def fingerprint(m: dict | None = None) -> str:
+    """12 hex digits naming a machine: host name, CPU model and count, memory. (Not the
+    kernel: this VM's kernel build string changes from boot to boot.)"""
+    m = m or machine()
+    key = json.dumps([m.get(k) for k in ("hostname", "cpu", "cpu_count", "mem_gib")])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def build_info(variant: str | None, build: Path | None = None) -> dict:

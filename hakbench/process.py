@@ -14,6 +14,8 @@ import signal as _signal
 import subprocess
 import threading
 
+from hakbench import interrupts
+
 STDERR_TAIL_LINES = 15
 
 
@@ -32,18 +34,23 @@ def wait_group(proc: subprocess.Popen, timeout: float) -> tuple[int, object, boo
     """wait4 the process; on timeout kill its whole process group. -> (status, rusage, timed_out)"""
     timed_out = threading.Event()
 
-    def kill_group():
-        timed_out.set()
+    def stop_group():
         try:
             os.killpg(proc.pid, _signal.SIGKILL)
         except ProcessLookupError:
             pass
 
+    def kill_group():
+        timed_out.set()
+        stop_group()
+
     timer = threading.Timer(timeout, kill_group)
     timer.daemon = True  # Ctrl-C can land in start() itself: never let the timer hold exit
     timer.start()
     try:
-        _, status, ru = os.wait4(proc.pid, 0)
+        # a stop signal (hakbench.interrupts) ends the process group at once
+        with interrupts.stopping(stop_group):
+            _, status, ru = os.wait4(proc.pid, 0)
     except KeyboardInterrupt:
         kill_group()
         try:

@@ -133,25 +133,28 @@ def measure_workload(
     seed: int = 1,
     timeout: float = 120.0,
     on_sample: Callable[[dict], None] | None = None,
+    session=None,
 ) -> list[dict]:
     """A/A pairs of every count, interleaved round by round (so a noisy stretch of the
     machine hits every count alike): per count its spread and wall seconds per pair (the
     two processes as ``ab`` runs them, hakbench's own work per process included).
-    ``make(workload)`` builds the cell."""
+    ``make(workload)`` builds the cell. ``session`` (``hakbench.engine.Session``): each
+    sample stored in the run directory the moment it finishes (``workload`` = the count)."""
     cells = {str(i): make(with_iterations(workload, i)) for i in iters}
     samples: list[dict] = []
     for slot in ab_schedule(list(cells), pairs, warmup, seed):
-        t0 = time.perf_counter()
-        s = run_sample(cells[slot.workload], phase=slot.phase, perf=False, timeout=timeout)
-        s.update(
-            workload=slot.workload,
-            side=slot.side,
-            pair=slot.pair,
-            round=slot.round,
-            cost_s=time.perf_counter() - t0,
-        )
+        cell = cells[slot.workload]
+        tags = {"cell": cell.key, "workload": slot.workload, "phase": slot.phase}
+        tags.update(side=slot.side, pair=slot.pair, round=slot.round)
+
+        def run(cell=cell, slot=slot) -> dict:
+            t0 = time.perf_counter()
+            s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout)
+            return {**s, "cost_s": time.perf_counter() - t0}
+
+        s = session.take(tags, run) if session else {**run(), **tags}
         samples.append(s)
-        if on_sample:
+        if on_sample and not session:
             on_sample(s)
     return [point(workload.name, int(k), samples) for k in cells]
 

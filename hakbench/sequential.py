@@ -69,9 +69,15 @@ RULE = (
     "anytime-valid p, adjusted by Holm across the workloads of the call. A workload stops "
     "GO when p_holm < {alpha}, the median improves on A by at least the threshold "
     "({threshold:g} %) and the near bound of a one-sided sequence (each bound misses with "
-    "probability <= {alpha}) lies beyond half the threshold; NO-GO the same for a "
-    "regression; NEUTRAL when both one-sided bounds lie within +-threshold (equivalent: two "
-    "one-sided tests at {alpha}). The CI printed is the two-sided sequence. "
+    "probability <= {alpha} / k, k the workloads of the call) lies beyond half the "
+    "threshold; NO-GO the same for a regression; NEUTRAL when both one-sided bounds lie "
+    "within +-threshold (equivalent: two one-sided tests at {alpha} / k each, so a false "
+    "NEUTRAL anywhere in the call has probability <= {alpha}). The verdict table and the "
+    "plot show these one-sided bounds, the interval that decides; summary.csv keeps the "
+    "two-sided sequence too (ci_low, ci_high). "
+    "A workload whose looks' intervals no longer overlap (the effect drifted: no single "
+    "change fits its pairs) stops INCONCLUSIVE at once, reason drift, with no promise of "
+    "the pairs that would decide. "
     "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
@@ -199,10 +205,16 @@ class Look:
 class Sequence_:
     """The running state of one workload: call ``look(x)`` with all its log ratios so far."""
 
-    def __init__(self, alpha: float = ALPHA, rho: float | None = None):
+    def __init__(
+        self, alpha: float = ALPHA, rho: float | None = None, *, one_sided: float | None = None
+    ):
+        """``one_sided``: the miss probability of each one-sided bound (default ``alpha``;
+        a call of k workloads gives each alpha / k, so that a false NEUTRAL anywhere in the
+        call has probability at most alpha)."""
         self.alpha = alpha
         self.rho = rho if rho is not None else _default_rho(alpha)
-        self.eq_alpha, self.eq_rho = equivalence_alpha(alpha), _equivalence_rho(alpha)
+        side = alpha if one_sided is None else one_sided
+        self.eq_alpha, self.eq_rho = equivalence_alpha(side), _equivalence_rho(side)
         self.low, self.high = -math.inf, math.inf
         self.max_evidence = 1.0
         self.last: Look | None = None
@@ -292,7 +304,7 @@ def pairs_to_decide(
 @dataclass
 class Stop:
     """Where one workload of a sequential A/B stands: its verdict so far and, once stopped,
-    why (``decided``, ``budget``, ``failed``, ``interrupted``)."""
+    why (``decided``, ``drift``, ``budget``, ``failed``, ``interrupted``)."""
 
     higher_is_better: bool
     state: Sequence_
@@ -329,7 +341,14 @@ class Stopper:
             max_pairs,
             clock,
         )
-        self.stops = {w: Stop(h, Sequence_(alpha)) for w, h in higher_is_better.items()}
+        # NEUTRAL (and GO/NO-GO's half-threshold bound) controlled across the call's
+        # workloads: each one-sided bound misses with probability <= alpha / k (Bonferroni),
+        # as the anytime p of GO/NO-GO is Holm-adjusted across them
+        self.one_sided = alpha / max(1, len(higher_is_better))
+        self.stops = {
+            w: Stop(h, Sequence_(alpha, one_sided=self.one_sided))
+            for w, h in higher_is_better.items()
+        }
         self.t0 = clock()
 
     def running(self) -> list:
@@ -378,14 +397,16 @@ class Stopper:
             )
             if s.verdict in DECISIVE:
                 s.reason = "decided"
+            elif s.state.last.drift:  # no single change fits the looks: more will not decide
+                s.reason = "drift"
         out_of_budget = self.elapsed() >= self.max_time_s
         for w in self.running():
             if out_of_budget or len(self.stops[w].logs) >= self.max_pairs:
                 self.stop(w, "budget")
         for s in self.stops.values():
             s.pairs_needed = None
-            if s.verdict == INCONCLUSIVE and s.state.last is not None:
-                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.alpha)
+            if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
+                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
         return self.running()
 
     def seconds_needed(self, workload: str) -> float | None:

@@ -11,14 +11,13 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench import schedule
+from hakbench import engine, interrupts, schedule
 from hakbench.cell import Cell
 from hakbench.meta import cell_meta
 from hakbench.metrics import METRICS, PERF_SOURCED
 from hakbench.progress import Progress
 from hakbench.runner import perf_usable, run_sample
 from hakbench.stats import cell_summary
-from hakbench.store import RunStore
 
 SUMMARY_FIELDS = (
     "workload",
@@ -81,37 +80,44 @@ def run_cell(
 ) -> CellRun:
     """Run ``cell`` and write samples.jsonl, meta.json and summary.csv into ``out``.
     Ctrl-C stops it with what finished on disk (``interrupted``)."""
-    store = RunStore(out, fresh=True)
     perf_runs = perf_runs if perf_mode == "observe" and perf_usable() else 0
     if cell.workload.command is not None:  # a real program never runs under perf
         perf_mode, perf_runs = "off", 0
-    store.write_meta(
-        cell_meta(
-            cell,
-            "run",
-            perf_mode=perf_mode,
-            perf_used=perf_mode != "off" and perf_usable(),
-        )
+    meta = cell_meta(
+        cell, "run", perf_mode=perf_mode, perf_used=perf_mode != "off" and perf_usable()
     )
+    store, _, _ = engine.open_run(out, meta, resume=False, ident=engine.identity([cell], out))
     slots = schedule.plan(1, runs, seed=1, warmup=warmups)
     slots += schedule.plan(1, perf_runs, seed=1, phase="perf", salt="perf")
     result = CellRun(cell, store.path, perf_mode, perf_runs)
     progress = (
         Progress(len(slots), f"run {cell.label} {cell.workload.name}") if show_progress else None
     )
+    session = engine.Session(store, on_sample=engine.progress_step(progress) if progress else None)
     try:
         for slot in slots:
             perf = slot.phase == "perf" or perf_mode == "each"
-            s = run_sample(cell, phase=slot.phase, perf=perf, timeout=timeout)
-            s.update(side=None, pair=None, round=slot.round)
-            result.samples.append(store.append(s))
-            if progress:
-                progress.step(s["status"] == "ok", s["status"] if s["status"] != "ok" else "")
+            tags = {"phase": slot.phase, "side": None, "pair": None, "round": slot.round}
+            result.samples.append(
+                session.take(
+                    tags,
+                    lambda perf=perf, slot=slot: run_sample(
+                        cell, phase=slot.phase, perf=perf, timeout=timeout
+                    ),
+                )
+            )
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
         if progress:
             progress.close()
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        _summarise(result, store.path, cell)
+    return result
+
+
+def _summarise(result: CellRun, out: Path, cell: Cell) -> None:
+    """summary.csv: each metric's median with its CI, of the measured and the perf runs."""
     result.summaries = {
         source: [r for r in cell_summary(_values(group, names)) if r["n"]]
         for source, group, names in (
@@ -119,7 +125,7 @@ def run_cell(
             ("perf", result.perf_ok, PERF_SOURCED),
         )
     }
-    with open(store.path / "summary.csv", "w", newline="") as f:
+    with open(out / "summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=SUMMARY_FIELDS)
         w.writeheader()
         for source, rows in result.summaries.items():
@@ -127,4 +133,3 @@ def run_cell(
                 w.writerow(
                     {"workload": cell.workload.name, "cell": cell.key, "source": source, **r}
                 )
-    return result

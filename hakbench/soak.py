@@ -7,13 +7,23 @@ from ``/proc/PID/stat``). At the end come the allocator's own counters (libhakme
 not disturbed, the syscall budget. Runs go one after another, never two at once: two soaks
 sharing two cores would measure each other.
 
-A crash or Ctrl-C ends the run early but keeps its epochs; the run records why it ended.
+Nothing measured is lost: meta.json (with the plan) is written before the first process
+starts, every epoch is appended to ``epochs.jsonl`` the moment its line arrives, and each
+finished process (and its syscall pass) to ``runs.jsonl``. A crash, or a stop signal
+(SIGINT, SIGTERM, SIGHUP: ``hakbench.interrupts``, which ends the running soak process
+gently with SIGTERM so it prints its summary), ends the soak early with its report written
+from what finished. After a SIGKILL (or any stop) ``soak --resume DIR`` continues: the
+targets whose process finished are kept, and a target whose process was cut runs again from
+its start (a soak is one process: its heap cannot be resumed), the cut attempt's epochs
+staying in ``epochs.jsonl`` under their ``attempt`` number and named in the report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
 import re
 import shutil
 import signal
@@ -25,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench import paths, soakstats
+from hakbench import engine, interrupts, paths, soakstats
 from hakbench.allocators import Allocator, resolve_allocator
 from hakbench.cell import make_cell
 from hakbench.collect.allocstats import parse_alloc_stats
@@ -35,7 +45,7 @@ from hakbench.load import LoadMonitor
 from hakbench.meta import collect_meta
 from hakbench.procenv import clean_env
 from hakbench.profiles import resolve_workload
-from hakbench.store import write_json
+from hakbench.store import append_jsonl, read_jsonl, write_json
 
 SOAK_PROGRAM = "bench_soak"
 EPOCH_COLUMNS = (
@@ -152,10 +162,42 @@ class SoakPlan:
     syscall_pass_s: float = 10.0
     thresholds: Thresholds = Thresholds()
     workload: str = "soak"
+    allocators: tuple = ()  # the names the targets came from (``plan_targets``): for --resume
+    profiles: tuple = ()
 
     @property
     def duration_s(self) -> float:
         return self.epochs * self.epoch_ms / 1000.0
+
+    def record(self) -> dict:
+        """What meta.json keeps of the plan: enough to rebuild it (``plan_of``)."""
+        return {
+            "allocators": list(self.allocators),
+            "profiles": list(self.profiles),
+            "workload": self.workload,
+            "epochs": self.epochs,
+            "epoch_ms": self.epoch_ms,
+            "warmup_epochs": self.warmup_epochs,
+            "leak_kb_per_s": self.leak_kb_per_s,
+            "syscall_pass_s": self.syscall_pass_s,
+            "thresholds": vars(self.thresholds),
+        }
+
+
+def plan_of(record: dict) -> SoakPlan:
+    """The plan a soak's meta.json recorded, its targets resolved again."""
+    return SoakPlan(
+        targets=plan_targets(record["allocators"], record["profiles"], record["workload"]),
+        epochs=record["epochs"],
+        epoch_ms=record["epoch_ms"],
+        warmup_epochs=record["warmup_epochs"],
+        leak_kb_per_s=record["leak_kb_per_s"],
+        syscall_pass_s=record["syscall_pass_s"],
+        thresholds=Thresholds(**record["thresholds"]),
+        workload=record["workload"],
+        allocators=tuple(record["allocators"]),
+        profiles=tuple(record["profiles"]),
+    )
 
 
 def default_warmup_epochs(epochs: int) -> int:
@@ -276,37 +318,6 @@ def _terminate(proc: subprocess.Popen) -> None:
     killer.start()
 
 
-class StopRequest:
-    """Ctrl-C during a soak: stop the running soak process gently and end the soak after it.
-
-    While active (a ``with`` block in the main thread) SIGINT sets ``received`` and sends
-    SIGTERM to the child instead of raising KeyboardInterrupt at some random line, so the
-    epochs so far, the harness's summary and the allocator's exit stats are all kept. (On a
-    terminal the child gets the SIGINT itself too; it exits cleanly either way.)
-    """
-
-    def __init__(self):
-        self.received: str | None = None
-        self.proc: subprocess.Popen | None = None
-        self._previous = None
-
-    def _handle(self, signum, frame):
-        self.received = signal.Signals(signum).name
-        if self.proc is not None:
-            _terminate(self.proc)
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-        return False
-
-
 def run_target(
     target: SoakTarget,
     *,
@@ -314,15 +325,16 @@ def run_target(
     epoch_ms: int,
     leak_kb_per_s: int = 0,
     on_epoch: Callable[[SoakRun, dict], None] | None = None,
-    stop: StopRequest | None = None,
 ) -> SoakRun:
-    """Run one soak process to the end (or its crash, or Ctrl-C) and return what it showed.
+    """Run one soak process to the end (or its crash, or a stop signal) and return what it
+    showed.
 
-    Never raises for a failed process. A Ctrl-C seen by ``stop`` ends the run with status
-    ``interrupted``; the caller then stops the soak.
+    Never raises for a failed process. A stop signal (``hakbench.interrupts``) sends the
+    process SIGTERM, so it prints its summary and exits; the run ends with status
+    ``interrupted`` and the caller, inside an ``interrupts.deferred`` section, stops the soak.
     """
-    stop = stop or StopRequest()
     run = SoakRun(target)
+    stopped = threading.Event()
     with tempfile.TemporaryDirectory(prefix="hakbench-soak-") as tmp:
         stats_file = Path(tmp) / "stats.txt" if target.allocator.name == "hakmem" else None
         run.argv = _soak_args(target, epochs, epoch_ms, leak_kb_per_s)
@@ -332,7 +344,11 @@ def run_target(
             run.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
         )
         run.pid = proc.pid
-        stop.proc = proc
+
+        def stop() -> None:
+            stopped.set()
+            _terminate(proc)
+
         stderr = _StderrTail(proc.stderr)
         stderr.start()
         # A hung process must not hang the soak: the harness has its own clock, this is a net.
@@ -348,22 +364,22 @@ def run_target(
         watchdog.start()
         stdout_lines: list[str] = []
         try:
-            for line in proc.stdout:
-                epoch = parse_epoch_line(line)
-                if epoch is None:
-                    stdout_lines.append(line)
-                    continue
-                # Read /proc first, while the line is fresh: the epoch and the kernel's view
-                # must describe the same moment.
-                kernel = read_proc(proc.pid)
-                row = _epoch_row(target, epoch, kernel)
-                run.epochs.append(row)
-                if on_epoch is not None:
-                    on_epoch(run, row)
-            run.returncode = proc.wait()
+            with interrupts.stopping(stop):
+                for line in proc.stdout:
+                    epoch = parse_epoch_line(line)
+                    if epoch is None:
+                        stdout_lines.append(line)
+                        continue
+                    # Read /proc first, while the line is fresh: the epoch and the kernel's view
+                    # must describe the same moment.
+                    kernel = read_proc(proc.pid)
+                    row = _epoch_row(target, epoch, kernel)
+                    run.epochs.append(row)
+                    if on_epoch is not None:
+                        on_epoch(run, row)
+                run.returncode = proc.wait()
         finally:
             watchdog.cancel()
-            stop.proc = None
             if run.returncode is None:  # on_epoch raised: do not leave the child running
                 _terminate(proc)
         stderr.join(TERM_GRACE_S)
@@ -373,7 +389,7 @@ def run_target(
         run.harness = parse_harness_output("".join(stdout_lines))
         stats_text = stats_file.read_text() if stats_file and stats_file.exists() else ""
         run.alloc_stats = parse_alloc_stats(stats_text) or parse_alloc_stats(stderr_text)
-    _judge_end(run, epochs, stop.received, timed_out.is_set())
+    _judge_end(run, epochs, stopped.is_set(), timed_out.is_set())
     return run
 
 
@@ -390,12 +406,12 @@ def _epoch_row(target: SoakTarget, epoch: dict, kernel: dict) -> dict:
     }
 
 
-def _judge_end(run: SoakRun, planned: int, interrupted: str | None, timed_out: bool) -> None:
+def _judge_end(run: SoakRun, planned: int, interrupted: bool, timed_out: bool) -> None:
     """Set ``status`` and a one-line ``cause`` from how the process ended."""
     rc = run.returncode
     seen = f"after {len(run.epochs)} of {planned} epochs"
     if interrupted:
-        run.status, run.cause = "interrupted", f"interrupted by Ctrl-C ({interrupted}) {seen}"
+        run.status, run.cause = "interrupted", f"interrupted by {interrupts.describe()} {seen}"
     elif timed_out:
         run.status, run.cause = "timeout", f"did not finish in time and was stopped {seen}"
     elif rc is not None and rc < 0:
@@ -476,20 +492,36 @@ def strace_budget(target: SoakTarget, seconds: float, epoch_ms: int) -> dict:
         if target.allocator.preload is not None:
             argv += ["-E", f"LD_PRELOAD={target.allocator.preload}"]
         argv += _soak_args(target, epochs, pass_epoch_ms, 0)
+        # its own session, so a stop signal or the timeout ends strace and the traced soak
+        # together (killing strace alone would leave its tracee running on, detached)
+        proc = subprocess.Popen(
+            argv,
+            env=clean_env(target.env, None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
         try:
-            r = subprocess.run(
-                argv,
-                env=clean_env(target.env, None),
-                capture_output=True,
-                text=True,
-                timeout=epochs * pass_epoch_ms / 1000 * 5 + 60,
-            )
+            with interrupts.stopping(kill):
+                stdout, stderr = proc.communicate(timeout=epochs * pass_epoch_ms / 1000 * 5 + 60)
         except subprocess.TimeoutExpired:
+            kill()
+            proc.communicate()
             return budget_row(source, {}, 0, "strace pass timed out")
-        ops = parse_harness_output(r.stdout).get("ops")
-        if r.returncode != 0 or not isinstance(ops, int):
-            tail = r.stderr.strip().splitlines()[-1:] or [""]
-            return budget_row(source, {}, 0, f"strace pass failed ({r.returncode}): {tail[0]}")
+        except BaseException:
+            kill()
+            proc.communicate()
+            raise
+        ops = parse_harness_output(stdout).get("ops")
+        if proc.returncode != 0 or not isinstance(ops, int):
+            tail = stderr.strip().splitlines()[-1:] or [""]
+            return budget_row(source, {}, 0, f"strace pass failed ({proc.returncode}): {tail[0]}")
         counts = parse_strace_summary(out.read_text() if out.exists() else "")
         return budget_row(source, {s: counts.get(s, 0) for s in TRACED_SYSCALLS}, ops)
 
@@ -605,6 +637,11 @@ def failed_verdicts(summary: dict) -> list[str]:
 
 # ---- a whole soak ----
 
+EPOCHS_FILE = "epochs.jsonl"  # every epoch as it arrives: target, attempt, the row
+RUNS_FILE = "runs.jsonl"  # every finished process ("run") and syscall pass ("syscall_pass")
+RUN_FIELDS = ("status", "cause", "returncode", "stderr_tail", "harness", "alloc_stats")
+RUN_FIELDS += ("argv", "wall_s", "pid")
+
 
 @dataclass
 class SoakSession:
@@ -613,9 +650,62 @@ class SoakSession:
     command: str
     runs: list[SoakRun] = field(default_factory=list)
     interrupted: bool = False
-    skipped: list[str] = field(default_factory=list)  # labels never started (after Ctrl-C)
+    skipped: list[str] = field(default_factory=list)  # labels never started (after a stop)
     summary: dict = field(default_factory=dict)  # what summary.json holds, once written
     load: dict | None = None  # hakbench.load: how busy the machine was while it soaked
+    meta: dict = field(default_factory=dict)
+    cut: list = field(default_factory=list)  # attempts cut short earlier: {target, attempt, epochs}
+
+
+def soak_identity(plan: SoakPlan, out: Path | None = None) -> dict:
+    """``engine.identity_of`` the soak's programs, libraries and environments."""
+    files = [f for t in plan.targets for f in (t.allocator.preload, t.binary)]
+    return engine.identity_of(files, {t.label: t.env for t in plan.targets}, out)
+
+
+def _stored(out_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(epoch rows, run records) already in a soak directory."""
+    read = [out_dir / f for f in (EPOCHS_FILE, RUNS_FILE)]
+    return tuple(read_jsonl(f) if f.exists() else [] for f in read)
+
+
+def _restored(target: SoakTarget, record: dict, epochs: list[dict]) -> SoakRun:
+    """A finished process of an earlier call, from its stored record and epochs."""
+    return _with_counters(SoakRun(target, epochs=epochs, **{k: record.get(k) for k in RUN_FIELDS}))
+
+
+def _with_counters(run: SoakRun) -> SoakRun:
+    """libhakmem's own syscall counters as the run's first budget row (hakmem only)."""
+    if run.target.allocator.name == "hakmem":
+        run.syscall_budget.append(counter_budget(run))
+    return run
+
+
+def open_soak(plan: SoakPlan, out_dir: Path, command: str, *, resume: bool) -> dict:
+    """meta.json of a soak directory, written before anything runs (fresh), or the stored
+    one after ``engine.check_identity`` (resume)."""
+    ident = soak_identity(plan, out_dir)
+    if resume:
+        meta = engine.stored_meta(out_dir, "soak")
+        engine.check_identity(meta.get("identity"), ident, out_dir)
+        meta.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    else:
+        if (out_dir / EPOCHS_FILE).exists():
+            raise UsageError(f"{out_dir} already holds a soak; pass --resume {out_dir}")
+        meta = collect_meta(
+            command,
+            kind="soak",
+            variant="fast",
+            workload=plan.workload,
+            targets=[t.label for t in plan.targets],
+            profiles={t.profile: t.env for t in plan.targets if t.profile},
+            options_validated=paths.options_binary().exists(),
+            soak_plan=plan.record(),
+            identity=ident,
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "meta.json", meta)
+    return meta
 
 
 def run_soak(
@@ -625,37 +715,91 @@ def run_soak(
     *,
     on_epoch: Callable[[SoakRun, dict], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    resume: bool = False,
 ) -> SoakSession:
-    """Soak every target in turn, then write the results directory (also after Ctrl-C)."""
+    """Soak every target in turn, storing each epoch as it arrives, then write the results
+    directory (also after a stop signal). ``resume``: keep the targets whose process
+    finished in ``out_dir`` and run the others (see the module doc)."""
+    out_dir = Path(out_dir)
     session = SoakSession(plan, out_dir, command)
+    session.meta = open_soak(plan, out_dir, command, resume=resume)
+    stored_epochs, records = _stored(out_dir)
     monitor = LoadMonitor().start()
-    with StopRequest() as stop:
+    try:
         for target in plan.targets:
-            if stop.received:
-                break
-            if on_phase:
-                on_phase(f"soak {target.label}: {plan.epochs} epochs of {plan.epoch_ms} ms")
-            run = run_target(
-                target,
-                epochs=plan.epochs,
-                epoch_ms=plan.epoch_ms,
-                leak_kb_per_s=plan.leak_kb_per_s,
-                on_epoch=on_epoch,
-                stop=stop,
+            mine = [r for r in records if r["target"] == target.label]
+            attempt = max((r["attempt"] for r in mine), default=0)
+            attempt = max(
+                [attempt, *(e["attempt"] for e in stored_epochs if e["target"] == target.label)]
             )
-            session.runs.append(run)
-            if target.allocator.name == "hakmem":
-                run.syscall_budget.append(counter_budget(run))
-            if plan.syscall_pass_s > 0 and not stop.received:
+            done = [r for r in mine if r["kind"] == "run" and r["attempt"] == attempt]
+            if done and done[0]["status"] != "interrupted":
+                rows = [
+                    {k: e.get(k) for k in EPOCH_COLUMNS}
+                    for e in stored_epochs
+                    if e["target"] == target.label and e["attempt"] == attempt
+                ]
+                run = _restored(target, done[0], rows)
+                session.runs.append(run)
+                passes = [
+                    r["row"]
+                    for r in mine
+                    if r["kind"] == "syscall_pass" and r["attempt"] == attempt
+                ]
+            else:
+                if attempt:
+                    cut = sum(
+                        e["target"] == target.label and e["attempt"] == attempt
+                        for e in stored_epochs
+                    )
+                    session.cut.append({"target": target.label, "attempt": attempt, "epochs": cut})
+                attempt += 1
+                run = _soak_one(plan, target, attempt, out_dir, session.runs, on_epoch, on_phase)
+                passes = []
+            run.syscall_budget.extend(passes)
+            if plan.syscall_pass_s > 0 and not passes and run.status == "complete":
                 if on_phase:
                     on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
-                run.syscall_budget.append(strace_budget(target, plan.syscall_pass_s, plan.epoch_ms))
-        session.interrupted = stop.received is not None
-    session.load = monitor.stop()
-    done = [r.target for r in session.runs]
-    session.skipped = [t.label for t in plan.targets if t not in done]
-    session.summary = write_results(session)
+                row = strace_budget(target, plan.syscall_pass_s, plan.epoch_ms)
+                run.syscall_budget.append(row)
+                record = {"kind": "syscall_pass", "target": target.label, "attempt": attempt}
+                append_jsonl(out_dir / RUNS_FILE, {**record, "row": row})
+    except KeyboardInterrupt:
+        session.interrupted = True
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        session.load = monitor.stop()
+        done = [r.target for r in session.runs]
+        session.skipped = [t.label for t in plan.targets if t not in done]
+        session.summary = write_results(session)
     return session
+
+
+def _soak_one(plan, target, attempt, out_dir, runs, on_epoch, on_phase) -> SoakRun:
+    """One soak process, every epoch stored as it arrives and the process's record when it
+    ends (and the run added to ``runs``); a stop signal ends the process gently and stops
+    the soak after that."""
+    if on_phase:
+        on_phase(f"soak {target.label}: {plan.epochs} epochs of {plan.epoch_ms} ms")
+    tag = {"target": target.label, "attempt": attempt}
+
+    def store_epoch(run: SoakRun, row: dict) -> None:
+        append_jsonl(out_dir / EPOCHS_FILE, {**row, **tag})
+        if on_epoch is not None:
+            on_epoch(run, row)
+
+    with interrupts.deferred():  # the stop comes after the record is on disk
+        run = run_target(
+            target,
+            epochs=plan.epochs,
+            epoch_ms=plan.epoch_ms,
+            leak_kb_per_s=plan.leak_kb_per_s,
+            on_epoch=store_epoch,
+        )
+        append_jsonl(
+            out_dir / RUNS_FILE, {"kind": "run", **tag, **{k: getattr(run, k) for k in RUN_FIELDS}}
+        )
+        runs.append(_with_counters(run))
+    return run
 
 
 def write_epochs_csv(path: Path, epochs: Sequence[dict]) -> None:
@@ -686,20 +830,13 @@ def write_results(session: SoakSession) -> dict:
         "syscall_pass_s": plan.syscall_pass_s,
         "thresholds": vars(plan.thresholds),
         "interrupted": session.interrupted,
+        "interrupted_by": interrupts.describe() if session.interrupted else None,
+        "cut_attempts": session.cut,
         "skipped": session.skipped,
         "runs": [run_figures(r, plan.warmup_epochs, plan.thresholds) for r in session.runs],
     }
     write_json(out / "summary.json", summary)
-    meta = collect_meta(
-        session.command,
-        kind="soak",
-        variant="fast",
-        workload=plan.workload,
-        targets=[t.label for t in plan.targets],
-        profiles={t.profile: t.env for t in plan.targets if t.profile},
-        options_validated=paths.options_binary().exists(),
-        load=session.load,
-    )
+    meta = {**session.meta, "load": session.load, "finished": not session.interrupted}
     write_json(out / "meta.json", meta)
     write_report(out, summary, meta, epochs)
     return summary

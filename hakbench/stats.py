@@ -197,7 +197,12 @@ class Comparison:
     # paired and never judged; "instructions": one exact count per side.
     source: str = "pairs"
     seconds: float | None = None  # wall time of the measured pairs (primary only)
-    stop: str = ""  # sequential: decided | budget | failed | interrupted
+    stop: str = ""  # sequential: decided | drift | budget | failed | interrupted
+    # sequential: the one-sided bounds (as ratios) the verdict was decided on, each missing
+    # its side with probability <= alpha (hakbench.sequential.Look.equivalence); None for a
+    # fixed count, whose CI (ci_low, ci_high) is what decides
+    decide_low: float | None = None
+    decide_high: float | None = None
     pairs_needed: int | None = None  # INCONCLUSIVE: the pairs in all that would likely decide
     seconds_needed: float | None = None  # ... and the seconds those still to run would take
 

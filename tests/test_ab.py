@@ -150,6 +150,7 @@ def test_aa_is_never_go_or_no_go_on_any_workload(lab):
         warmup_pairs=1,
         threshold_pct=3.0,
         perf="off",
+        seed=1,  # (a fixed draw: each call's own seed is fresh by default)
     )
     assert spec.is_aa and spec.describe().startswith("A/A (no --baseline/--set): a noise check")
     result = run_ab(spec, lab / "aa", show_progress=False)
@@ -413,6 +414,12 @@ def test_sequential_stops_a_workload_as_soon_as_it_is_decided(lab):
     assert c.verdict in ("GO", "NO-GO") and c.stop == "decided", c
     assert c.n_pairs < 200 and result.pairs_seconds < 30
     assert c.ci_high < 1 / 1.025 or c.ci_low > 1.025  # beyond half the threshold
+    # the table and summary.csv show the interval that decided: the one-sided bounds
+    assert c.decide_high < 1 / 1.025 or c.decide_low > 1.025
+    with open(lab / "seq" / "summary.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["role"] == "primary")
+    assert float(row["decide_low"]) == pytest.approx(c.decide_low)
+    assert "B/A [interval that decides]" in (lab / "seq" / "report.md").read_text()
     measured = [json.loads(x) for x in open(lab / "seq" / "samples.jsonl") if '"measure"' in x]
     assert len(measured) == 2 * c.n_pairs  # no pair ran after the decision
     assert result.iterations == {"hot": "fixed length"}

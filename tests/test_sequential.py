@@ -186,3 +186,42 @@ def test_a_drifting_effect_is_judged_on_the_current_interval_and_flagged():
     assert late.drift and sq.verdict(late, math.log(1.005), higher_is_better=True) == (
         sq.INCONCLUSIVE
     )
+
+
+def test_a_drift_stops_its_workload_at_once_with_no_promise_of_pairs():
+    """Once the looks' intervals no longer overlap more pairs cannot decide: the workload
+    stops INCONCLUSIVE, reason drift, without "~N pairs would likely decide"; the other
+    workload of the call runs on. (Two looks: 400 quiet pairs of no change, undecided at a
+    0.01 % threshold, then 4,000 of a 3 % slowdown.)"""
+    rng = np.random.default_rng(11)
+    rule = sq.Stopper({"w": True, "v": True}, 0.01, max_time_s=math.inf, max_pairs=10**6)
+    for mean, n in ((0.0, 400), (-0.03, 4000)):
+        for x in mean + 0.001 * rng.standard_normal(n):
+            rule.add("w", float(x))
+            rule.add("v", float(0.2 * rng.standard_normal()))  # a noisy A/A: undecided
+        running = rule.end_round()
+        assert rule.stops["w"].verdict == sq.INCONCLUSIVE
+    s = rule.stops["w"]
+    assert s.reason == "drift" and s.pairs_needed is None and running == ["v"]
+
+
+def test_neutral_is_controlled_across_the_workloads_of_a_call():
+    """Each workload's one-sided bounds miss with probability alpha / k in a call of k
+    workloads (Bonferroni): a false NEUTRAL anywhere in the call stays within alpha, so the
+    same pairs that are NEUTRAL alone may not be NEUTRAL beside two other workloads."""
+    one = sq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    three = sq.Stopper({w: True for w in "wuv"}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    assert one.stops["w"].state.eq_alpha == pytest.approx(sq.equivalence_alpha(0.05))
+    assert three.stops["w"].state.eq_alpha == pytest.approx(sq.equivalence_alpha(0.05 / 3))
+    rng = np.random.default_rng(5)
+    n_one = n_three = None
+    for n, x in enumerate(0.004 * rng.standard_normal(3000), 1):  # A/A, spread 0.4 %
+        for rule in (one, three):
+            for w in rule.stops:
+                rule.add(w, float(x))
+            rule.end_round()
+        n_one = n_one or (n if one.stops["w"].verdict == sq.NEUTRAL else None)
+        n_three = n_three or (n if three.stops["w"].verdict == sq.NEUTRAL else None)
+        if n_three:
+            break
+    assert n_one is not None and n_three is not None and n_one < n_three

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from hakbench import ab as engine
+from hakbench import interrupts
 from hakbench.errors import (
     EXIT_GATE,
     EXIT_INCONCLUSIVE,
-    EXIT_INTERRUPTED,
     MeasurementError,
     UsageError,
 )
@@ -87,7 +87,9 @@ def _print_table(header, rows) -> None:
     help="judged metric: throughput; task-clock (CPU time, steadier on a loaded VM); "
     "instructions (callgrind Ir/op: one count per side, the lowest of 5 where threads interleave)",
 )
-@click.option("--seed", default=1, show_default=True, type=int, help="pair order seed")
+@click.option(
+    "--seed", type=int, help="pair order seed [default: a fresh one, recorded: --seed replays it]"
+)
 @click.option("--rev", help="build B at this git revision")
 @click.option("--baseline-rev", help="build A at this git revision")
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per process")
@@ -107,6 +109,21 @@ def _print_table(header, rows) -> None:
     help="perf-wrapped runs per side for --perf observe",
 )
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="finish an interrupted (or killed) ab in DIR with its own options: its samples are "
+    "kept and not run again",
+)
+@click.option(
+    "--continue",
+    "continue_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="extend the undecided workloads of a sequential ab in DIR by --max-time more "
+    "seconds, under the same confidence sequence",
+)
 @click.option(
     "--fail-on",
     type=click.Choice(["no-go"]),
@@ -134,10 +151,26 @@ def ab_cmd(
     perf_mode,
     perf_runs,
     out,
+    resume,
+    continue_dir,
     fail_on,
 ):
     """Is B better than A? Interleaved randomised pairs, sampled until decided (or --runs N),
     Holm across workloads: GO / NO-GO / NEUTRAL (equivalent) / INCONCLUSIVE."""
+    if resume or continue_dir:
+        if resume and continue_dir:
+            raise UsageError("--resume and --continue: give one")
+        if out:
+            raise UsageError("--resume/--continue write into their own directory; drop --out")
+        where = resume or continue_dir
+        spec = engine.resume_spec(
+            where,
+            max_time_s=None
+            if resume
+            else (engine.DEFAULT_MAX_TIME_S if max_time is None else max_time),
+        )
+        _measure_and_print(spec, where, fail_on, resume=bool(resume), continued=bool(continue_dir))
+        return
     if runs is not None and max_time is not None:
         raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
     metric = "task_clock_ms" if metric == "task-clock" else metric
@@ -177,7 +210,12 @@ def ab_cmd(
     noise = engine.noise_warning_for(spec)
     if noise:
         click.echo(f"warning: {noise}", err=True)
-    result = engine.run_ab(spec, out)
+    _measure_and_print(spec, out, fail_on)
+
+
+def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> None:
+    """Run the A/B (fresh, resumed or continued), print its verdicts, exit by the rule."""
+    result = engine.run_ab(spec, out, resume=resume, continued=continued)
     if spec.is_aa:
         click.echo("A/A (no --baseline/--set): a noise check, not an experiment")
     judged = {c.workload: c.metric for c in result.primary()}
@@ -209,9 +247,15 @@ def ab_cmd(
         click.echo("unavailable here: " + ", ".join(result.unavailable))
     for w, why in result.iterations.items():
         click.echo(f"{w}: run length {why}")
+    click.echo(f"seed {result.spec.seed} (--seed {result.spec.seed} replays the pair order)")
     click.echo(str(result.out))
     if result.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        click.echo(
+            f"hakbench: interrupted by {result.stopped_by}; finished samples are in "
+            f"{result.out}; continue with: hakbench ab --resume {result.out}",
+            err=True,
+        )
+        sys.exit(interrupts.exit_code())
     if all(c.n_pairs == 0 for c in result.primary()):
         raise MeasurementError(f"no complete pair for any workload; see {result.out}/report.md")
     verdicts = {c.verdict for c in result.primary()}

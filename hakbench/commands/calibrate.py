@@ -9,16 +9,23 @@ import click
 
 from hakbench import calibrate as cal
 from hakbench import calibrate_sequential as calseq
-from hakbench import runlength
+from hakbench import engine, interrupts, runlength
 from hakbench import stats as st
 from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
 from hakbench.cell import make_cell
-from hakbench.errors import EXIT_INTERRUPTED, UsageError
+from hakbench.errors import UsageError
 from hakbench.load import LoadMonitor
 from hakbench.load import describe as describe_load
 from hakbench.meta import collect_meta
 from hakbench.progress import Progress
-from hakbench.store import append_jsonl, default_run_dir, write_json, write_text
+from hakbench.store import (
+    append_jsonl,
+    default_run_dir,
+    read_json,
+    read_jsonl,
+    write_json,
+    write_text,
+)
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work/--extra-ops
 
@@ -70,8 +77,15 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
 @click.option(
     "--perf", is_flag=True, help="wrap each process in perf stat, as `ab --perf each` does"
 )
-@click.option("--seed", default=1, show_default=True)
+@click.option("--seed", type=int, help="[default: a fresh one, recorded: --seed replays it]")
 @click.option("--out", type=click.Path(path_type=Path), help="results directory")
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="finish a stopped or killed calibration in DIR with its own options: finished "
+    "trials and samples are kept",
+)
 @click.option(
     "--run-length",
     is_flag=True,
@@ -125,6 +139,7 @@ def calibrate_cmd(
     sequential,
     conditions,
     max_time,
+    resume,
 ):
     """Run A/A trials and trials with a known injected cost; write calibration.json.
 
@@ -142,6 +157,13 @@ def calibrate_cmd(
     --extra-ops K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
+    if resume is not None:
+        if out is not None:
+            raise UsageError("--resume writes into its own directory; drop --out")
+        _resume(resume)
+        return
+    if seed is None:  # a fresh seed per call, recorded in meta.json and the results
+        seed = engine.new_seed()
     if sequential:
         if extra_work or perf or run_length or fractions or runs:
             raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
@@ -168,7 +190,45 @@ def calibrate_cmd(
     out = out or default_run_dir(f"calibrate-{cell.allocator_label}-{cell.workload.name}")
     if (out / "trials.jsonl").exists():
         raise UsageError(f"{out} already holds trials.jsonl; choose another --out")
-    progress = Progress(trials * (1 + len(ks)), f"calibrate {cell.label} {cell.workload.name}")
+    params = {
+        "allocator": allocator,
+        "workload": workload,
+        "profile": profile,
+        "runs": runs,
+        "trials": trials,
+        "warmup": warmup,
+        "extra_work": list(ks),
+        "threshold_pct": threshold,
+        "seed": seed,
+        "perf": perf,
+    }
+    meta = collect_meta(
+        kind="calibrate", variant=cell.variant, cell=cell.key, env=cell.env, calibration=params
+    )
+    _calibrate(cell, out, meta, params, resume=False)
+
+
+def _resume(out: Path) -> None:
+    """``calibrate --resume DIR``: the calibration DIR's meta.json describes, finished."""
+    meta = engine.stored_meta(out, "calibrate")
+    if "calibration" not in meta:
+        raise UsageError(f"--resume {out}: a calibration made before calibrate could resume")
+    p = meta["calibration"]
+    cell = _extra_work_cell(p["allocator"], p["workload"], p["profile"])
+    _calibrate(cell, out, meta, p, resume=True)
+
+
+def _calibrate(cell, out: Path, meta: dict, p: dict, *, resume: bool) -> None:
+    """Run (or finish) the trials of a calibration through the engine and report them."""
+    ident = engine.identity([cell], out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident)
+    trials_file = out / "trials.jsonl"
+    kept = read_jsonl(trials_file) if resume and trials_file.exists() else []
+    finished = [cal.Trial(**t) for t in kept]
+    label = f"calibrate {cell.label} {cell.workload.name}"
+    progress = Progress(p["trials"] * (1 + len(p["extra_work"])), label)
+    for t in finished:
+        progress.step(ok=t.failed == 0, note=f"{t.condition}: {t.verdict} (kept)")
 
     def on_trial(t: cal.Trial, done: int, _total: int) -> None:
         cal.record_trial(out, t)
@@ -176,23 +236,29 @@ def calibrate_cmd(
 
     result, _ = cal.calibrate(
         cell,
-        runs=runs,
-        trials=trials,
-        warmup=warmup,
-        extra_work=ks,
-        threshold_pct=threshold,
-        seed=seed,
-        perf=perf,
+        runs=p["runs"],
+        trials=p["trials"],
+        warmup=p["warmup"],
+        extra_work=tuple(p["extra_work"]),
+        threshold_pct=p["threshold_pct"],
+        seed=p["seed"],
+        perf=p["perf"],
         on_trial=on_trial,
+        session=engine.Session(store, stored=stored),
+        finished=finished,
     )
     progress.close()
-    meta = collect_meta(kind="calibrate", variant=cell.variant, cell=cell.key, env=cell.env)
-    cal.write_calibration(result, out, meta)
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        cal.write_calibration(result, out, meta)
     click.echo(cal.report_markdown(result))
     click.echo(f"results: {out}")
     if result["interrupted"]:
-        click.echo(f"hakbench: interrupted; {result['trials_done']} trials kept", err=True)
-        raise SystemExit(EXIT_INTERRUPTED)
+        click.echo(
+            f"hakbench: interrupted by {interrupts.describe()}; {result['trials_done']} trials "
+            f"kept; finish with: hakbench calibrate --resume {out}",
+            err=True,
+        )
+        raise SystemExit(interrupts.exit_code())
     click.echo(f"this machine's calibration: {cal.machine_path(result['fingerprint'])}")
 
 
@@ -214,6 +280,9 @@ def _run_length(workloads, allocator, profile, pairs, warmup, threshold, seed, o
     plans = [(w, runlength.counts(w, fractions)) for w in wls]
     total = sum(2 * (pairs + warmup) * len(c) for _, c in plans)
     progress = Progress(total, "calibrate --run-length")
+    meta = collect_meta(kind="calibrate-run-length", seed=seed)
+    store, _, _ = engine.open_run(out, meta, resume=False, ident=engine.identity([first]))
+    session = engine.Session(store, on_sample=engine.progress_step(progress))
     entries = []
     with LoadMonitor() as load:
         for w, counts in plans:
@@ -224,7 +293,7 @@ def _run_length(workloads, allocator, profile, pairs, warmup, threshold, seed, o
                 pairs=pairs,
                 warmup=warmup,
                 seed=seed,
-                on_sample=lambda s: progress.step(s["status"] == "ok", s.get("error") or ""),
+                session=session,
             )
             entries.append(runlength.workload_entry(w, points, threshold))
     progress.close()
@@ -288,6 +357,7 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
         "iterations": sorted({t.iterations for t in done}),
         "trials": trials,
         "trials_done": len(done),
+        "seed": seed,
         "interrupted": interrupted,
         "machine": cal.machine(),
         "fingerprint": cal.fingerprint(),
@@ -301,12 +371,13 @@ def _sequential(workloads, allocator, profile, warmup, trials, seed, out, condit
     click.echo(f"results: {out}")
     if interrupted:
         click.echo(f"hakbench: interrupted; {len(done)} trials kept", err=True)
-        raise SystemExit(EXIT_INTERRUPTED)
+        raise SystemExit(interrupts.exit_code())
 
 
 def _write_report(out: Path, kind: str, lines: list[str], load: dict) -> None:
     """meta.json and report.md (the lines and the load they were measured under); echo it."""
-    write_json(out / "meta.json", collect_meta(kind=kind, load=load))
+    meta = read_json(out / "meta.json") if (out / "meta.json").exists() else {}
+    write_json(out / "meta.json", {**collect_meta(kind=kind), **meta, "load": load})
     text = "\n".join([*lines, "", describe_load(load)]) + "\n"
     write_text(out / "report.md", text)
     click.echo(text)

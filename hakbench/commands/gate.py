@@ -10,10 +10,12 @@ from pathlib import Path
 
 import click
 
+from hakbench import engine, interrupts, paths
 from hakbench import gate as g
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
-from hakbench.meta import git_state
-from hakbench.store import write_json
+from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
+from hakbench.meta import collect_meta, git_state
+from hakbench.progress import Progress
+from hakbench.store import append_jsonl, default_run_dir, write_json
 
 
 @click.command("gate")
@@ -68,26 +70,43 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
     path = g.baseline_path(results)
     baseline = None if refresh else g.read_baseline(path)  # no baseline: exit 2 before work
     cells = g.gate_cells(spec, build=build)
+    out = (results or paths.results_dir()) / "runs" / default_run_dir("gate").name
+    store, _, _ = engine.open_run(
+        out, collect_meta(kind="gate", refresh=refresh), resume=False, ident=engine.identity(cells)
+    )
+    progress = Progress(len(cells) * (g.FAULT_RUNS + 1), "gate")
     done = []
 
     def on_result(row):
         done.append(row)
-        mark = row["status"]
+        append_jsonl(out / "cells.jsonl", row)
+        note = f"{row['profile']} {row['workload']}: "
         if row["status"] == "ok":
-            mark = f"{row['ir_per_op']:.2f} Ir/op, {row['minflt']} faults"
-        click.echo(f"  [{len(done)}/{len(cells)}] {row['profile']} {row['workload']}: {mark}")
+            note += f"{row['ir_per_op']:.2f} Ir/op, {row['minflt']} faults"
+        progress.step(row["status"] == "ok", note + ("" if row["status"] == "ok" else "failed"))
 
     started = time.monotonic()
     click.echo(
         f"gate: {len(cells)} cells, page faults ({g.FAULT_RUNS} native runs each, one at a "
         f"time), then exact counts ({jobs} at a time; the lowest of several where threads "
-        f"interleave)"
+        f"interleave); runs stored in {out}"
     )
+    session = engine.Session(store, on_sample=engine.progress_step(progress))
     try:
-        rows = g.measure(cells, jobs=jobs, on_result=on_result, ir_runs=spec.ir_runs)
+        rows = g.measure(
+            cells, jobs=jobs, on_result=on_result, ir_runs=spec.ir_runs, session=session
+        )
     except KeyboardInterrupt:
-        click.echo("\ninterrupted; nothing judged, the baseline was left as it was", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        progress.close()
+        click.echo(
+            f"\ninterrupted by {interrupts.describe()} after {len(done)} of {len(cells)} cells; "
+            f"their runs are in {out}; the baseline was left as it was",
+            err=True,
+        )
+        if baseline is not None and done:  # what finished, judged
+            click.echo(g.table(g.compare(spec, baseline["cells"], done)))
+        sys.exit(interrupts.exit_code())
+    progress.close()
     seconds = time.monotonic() - started
     if refresh:
         bad = [r for r in rows if r["status"] != "ok"]

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from hakbench import matrix
-from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench import interrupts, matrix
+from hakbench.errors import MeasurementError, UsageError
 from hakbench.load import describe as describe_load
 from hakbench.meta import command_line
 from hakbench.progress import progress_reporter
 from hakbench.report.apps import write_apps_report
 from hakbench.shard import parse_shard
-from hakbench.store import default_run_dir
+from hakbench.store import default_run_dir, read_json
 
 
 def print_summaries(summaries: list[matrix.CellSummary]) -> None:
@@ -43,7 +43,7 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
 
 
 @click.command("matrix")
-@click.argument("matrix_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("matrix_file", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="run directory")
 @click.option(
     "--resume",
@@ -63,18 +63,33 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
     help="run only shard K of N (cells with their reference); join with `hakbench merge`",
 )
 def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
-    """Run every cell of MATRIX_FILE (profiles/matrices/*.toml), interleaved round by round.
+    """Run every cell of MATRIX_FILE (profiles/matrices/*.toml), interleaved round by round;
+    with --resume DIR and no MATRIX_FILE, the matrix DIR recorded.
 
     Each round runs every cell once in a seeded shuffled order; warm-up rounds are
     discarded. Writes samples.jsonl, meta.json and summary.csv (median, 95 % CI, n and the
     ratio to the reference cell). --shard K/N runs a deterministic part of the cells, each
     with the cells it is compared with, for `hakbench merge`. Exit 2 on an unknown axis
-    value, 3 when no sample succeeded, 130 when interrupted (resume with --resume DIR).
+    value, 3 when no sample succeeded, 130/143/129 on SIGINT/SIGTERM/SIGHUP (resume with
+    --resume DIR).
     """
     if out and resume and out.resolve() != resume.resolve():
         raise UsageError("--out and --resume name different directories; give one")
     shard_kn = parse_shard(shard) if shard else None
-    spec = matrix.load_matrix(matrix_file)
+    if matrix_file is None and resume is None:
+        raise UsageError("name a MATRIX_FILE (or --resume DIR)")
+    if matrix_file is None:  # the matrix the run directory recorded
+        meta = read_json(resume / "meta.json")
+        recorded = meta.get("matrix") or {}
+        where = f"{resume}/meta.json"
+        spec = matrix.parse_matrix(
+            recorded.get("text", ""), where, Path(recorded.get("file") or where)
+        )
+        shard_kn = shard_kn or (
+            tuple(meta["shard"][k] for k in "kn") if meta.get("shard") else None
+        )
+    else:
+        spec = matrix.load_matrix(matrix_file)
     suffix = f"-shard{shard_kn[0]}of{shard_kn[1]}" if shard_kn else ""
     out_dir = resume or out or default_run_dir(f"matrix-{spec.name}{suffix}")
     try:
@@ -92,19 +107,22 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
         click.echo("", err=True)
         if (out_dir / "meta.json").exists():
             print_summaries(matrix.write_dir_summary(out_dir))
-        click.echo(f"interrupted; finished samples are in {out_dir}", err=True)
-        click.echo(f"continue with: hakbench matrix {matrix_file} --resume {out_dir}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        click.echo(
+            f"interrupted by {interrupts.describe()}; finished samples are in {out_dir}", err=True
+        )
+        click.echo(f"continue with: hakbench matrix --resume {out_dir}", err=True)
+        sys.exit(interrupts.exit_code())
     for s in run.skipped:
         click.echo(f"note: skipped {s.label}: {s.reason}", err=True)
     if run.reused:
         click.echo(f"resumed: {run.reused} samples kept, {run.ran} run now", err=True)
-    print_summaries(run.summaries)
-    click.echo(describe_load(run.meta.get("load")))
-    apps = write_apps_report(out_dir)
-    if apps:
-        click.echo(f"applications and stress: {apps}")
-    click.echo(str(out_dir))
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        print_summaries(run.summaries)
+        click.echo(describe_load(run.meta.get("load")))
+        apps = write_apps_report(out_dir)
+        if apps:
+            click.echo(f"applications and stress: {apps}")
+        click.echo(str(out_dir))
     if not any(s.status == "ok" for s in run.summaries):
         raise MeasurementError(f"no sample of matrix {spec.name} succeeded; see {out_dir}")
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
+from hakbench import interrupts
 from hakbench.ab import DEFAULT_PERF_RUNS, DEFAULT_PROFILE, PERF_MODES
 from hakbench.cell import make_cell
-from hakbench.errors import EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench.errors import MeasurementError, UsageError
 from hakbench.metrics import METRICS
 from hakbench.single import run_cell
 from hakbench.store import default_run_dir
@@ -90,7 +91,7 @@ def run_cmd(
         click.echo("  unavailable here: " + ", ".join(r.unavailable()))
     click.echo(str(r.out))
     if r.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupts.exit_code())
     if not r.ok:
         raise MeasurementError(f"no run of {cell.label} succeeded; see {r.out}")
 

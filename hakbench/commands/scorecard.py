@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from hakbench import paths, scorecard
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, UsageError
+from hakbench import interrupts, paths, scorecard
+from hakbench.errors import EXIT_GATE, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress, progress_reporter
 
@@ -92,7 +92,7 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
                 )
         except KeyboardInterrupt:
             click.echo("\ninterrupted; the stored scorecard was left as it was", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(interrupts.exit_code())
         click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
     else:
         scorecard.render(results)

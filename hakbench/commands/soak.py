@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from hakbench import soak
-from hakbench.errors import EXIT_GATE, EXIT_INTERRUPTED, MeasurementError, UsageError
+from hakbench import engine, interrupts, soak
+from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.meta import command_line
 from hakbench.progress import Progress
 from hakbench.report.soak import verdict_lines
@@ -117,6 +117,13 @@ def _pct_option(value: float, name: str) -> float:
     help="Max mmap+munmap+madvise+brk+mremap per 1000 ops.",
 )
 @click.option("--report-only", is_flag=True, help="Exit 0 even when a verdict is FAIL.")
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="continue a stopped or killed soak in DIR with its own plan: finished processes "
+    "are kept, a cut one runs again",
+)
 def soak_command(
     profiles,
     allocators,
@@ -132,14 +139,26 @@ def soak_command(
     cv_budget,
     syscall_budget,
     report_only,
+    resume,
 ):
     """Soak each allocator in one long bench_soak process and judge its RSS and ops/s
     trends (%/h, with 95 % CIs), ops/s CV and syscalls per op against budgets (report.md,
     summary.json, epochs.csv, soak.png, meta.json).
 
     Exit 0 when every verdict is PASS, 1 when one is FAIL (unless --report-only), 2 on bad
-    input, 3 when a soak process crashed, 130 on Ctrl-C. The report is written in every case.
+    input, 3 when a soak process crashed, 130/143/129 on SIGINT/SIGTERM/SIGHUP. Every epoch
+    is stored as it arrives (epochs.jsonl) and the report is written in every case;
+    --resume DIR continues a stopped or killed soak.
     """
+    if resume is not None:
+        if out_dir is not None:
+            raise UsageError("--resume writes into its own directory; drop --out")
+        meta = engine.stored_meta(resume, "soak")
+        if "soak_plan" not in meta:
+            raise UsageError(f"--resume {resume}: a soak made before soak could resume")
+        plan = soak.plan_of(meta["soak_plan"])
+        _soak_and_report(plan, resume, report_only, resume=True)
+        return
     epochs, epoch_ms = soak.plan_epochs(soak.parse_duration(duration), soak.parse_duration(epoch))
     thresholds = soak.Thresholds(
         rss_pct_per_h=_pct_option(rss_budget, "--rss-budget"),
@@ -163,8 +182,13 @@ def soak_command(
         syscall_pass_s=soak.parse_duration(syscall_pass),
         thresholds=thresholds,
         workload=workload,
+        allocators=tuple(allocators),
+        profiles=tuple(profiles),
     )
-    out = out_dir or soak.default_out_dir()
+    _soak_and_report(plan, out_dir or soak.default_out_dir(), report_only)
+
+
+def _soak_and_report(plan: soak.SoakPlan, out: Path, report_only: bool, *, resume=False) -> None:
     progress = _SoakProgress(plan)
     session = soak.run_soak(
         plan,
@@ -172,6 +196,7 @@ def soak_command(
         shlex.join(command_line()),
         on_epoch=progress.epoch,
         on_phase=progress.phase,
+        resume=resume,
     )
     progress.finish()
     summary = session.summary
@@ -183,7 +208,12 @@ def soak_command(
             click.echo(f"  {line}")
     click.echo(f"report: {out / 'report.md'}")
     if session.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+        click.echo(
+            f"hakbench soak: interrupted by {interrupts.describe()}; continue with: "
+            f"hakbench soak --resume {out}",
+            err=True,
+        )
+        sys.exit(interrupts.exit_code())
     broken = [r for r in session.runs if r.status != "complete"]
     if broken:
         raise MeasurementError(f"{broken[0].target.label}: {broken[0].cause}")

@@ -52,10 +52,15 @@ def fmt(v, digits: int = 4) -> str:
     return f"{v:,.0f}"
 
 
-def fmt_ratio(c) -> str:
+def fmt_ratio(c, *, deciding: bool = False) -> str:
+    """``ratio [low, high]``; ``deciding``: the interval the verdict was decided on (a
+    sequential run's one-sided bounds; a fixed count's CI)."""
     if math.isnan(c.ratio):
         return "-"
-    ci = "" if c.ci_low == c.ci_high else f" [{c.ci_low:.4f}, {c.ci_high:.4f}]"
+    low, high = c.ci_low, c.ci_high
+    if deciding and getattr(c, "decide_low", None) is not None:
+        low, high = c.decide_low, c.decide_high
+    ci = "" if low == high else f" [{low:.4f}, {high:.4f}]"
     return f"{c.ratio:.4f}{ci}"
 
 
@@ -78,10 +83,15 @@ def rss_verdict(result, workload: str, metric: str = "maxrss_kb") -> str:
 def stop_text(c) -> str:
     """How long a primary comparison's pairs took and why they stopped; for INCONCLUSIVE,
     the pairs in all (and the seconds more) that would likely decide."""
-    why = {"decided": "decided", "budget": "budget ran out", "failed": "a side failed"}
+    why = {
+        "decided": "decided",
+        "budget": "budget ran out",
+        "failed": "a side failed",
+        "drift": "drifted (the looks' intervals no longer overlap: more pairs will not decide)",
+    }
     parts = [f"{c.seconds:.1f} s" if c.seconds is not None else ""]
     parts.append(why.get(c.stop, c.stop))
-    if c.verdict == INCONCLUSIVE:
+    if c.verdict == INCONCLUSIVE and c.stop != "drift":
         if c.pairs_needed is None:
             parts.append("too few pairs to say how many would decide")
         else:
@@ -104,7 +114,7 @@ def verdict_rows(result) -> list[list[str]]:
             [
                 c.workload,
                 c.verdict,
-                fmt_ratio(c),
+                fmt_ratio(c, deciding=True),
                 fmt_p(c.p_value),
                 fmt_p(c.p_holm),
                 str(c.n_pairs),
@@ -119,7 +129,7 @@ def verdict_rows(result) -> list[list[str]]:
 VERDICT_HEADER = [
     "workload",
     "verdict",
-    "B/A (95 % CI)",
+    "B/A [interval that decides]",
     "p",
     "p_holm",
     "pairs",
@@ -189,7 +199,12 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
     if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
         lines += [calibration_line(), ""]
     if result.interrupted:
-        lines += ["**Interrupted**: this report is made from the samples that finished.", ""]
+        by = f" by {result.stopped_by}" if getattr(result, "stopped_by", "") else ""
+        lines += [
+            f"**Interrupted**{by}: this report is made from the samples that finished; "
+            f"`hakbench ab --resume {result.out}` finishes the run.",
+            "",
+        ]
     lines += [describe_load(result.load), ""]
     if spec.metric == "instructions":
         design = "one callgrind run per side"
@@ -222,6 +237,9 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
             "after used different code.",
             "",
         ]
+    if len(getattr(result, "history", [])) > 1:  # resumed or continued: every call says so
+        lines += ["Calls that measured into this directory:", ""]
+        lines += [f"- {h}" for h in result.history] + [""]
     lines += ["## Verdicts", ""]
     lines += _table(VERDICT_HEADER, verdict_rows(result))
     lines += ["", "## The rule", ""]

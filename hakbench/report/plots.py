@@ -3,6 +3,7 @@ run order, with the median, its CI and the threshold band, so a drift or a mode 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from hakbench.schedule import complete_pairs
@@ -16,8 +17,12 @@ def plot_paired_ratios(
     path: Path,
     *,
     threshold_pct: float = 1.0,
+    bounds: dict | None = None,
 ) -> Path | None:
-    """``metric``: the judged metric, or workload -> its judged metric."""
+    """``metric``: the judged metric, or workload -> its judged metric. ``bounds``: workload
+    -> (estimate, low, high) of a sequential run's verdict, drawn instead of a fixed-n CI
+    (the interval that decided it: the confidence sequence's one-sided bounds)."""
+    bounds = bounds or {}
     panels = []
     for w in workloads:
         m = metric.get(w) if isinstance(metric, dict) else metric
@@ -37,12 +42,14 @@ def plot_paired_ratios(
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), squeeze=False)
     t = threshold_pct / 100
     for ax, (w, m, r) in zip(axes[:, 0], panels, strict=True):
-        med, lo, hi = median_ci(r)
+        med, lo, hi = bounds.get(w) or median_ci(r)
+        what = "sequence bounds that decide" if w in bounds else "95 % CI"
         ax.axhspan(1 - t, 1 + t, color="0.9", label=f"±{threshold_pct:g} % band")
         ax.axhline(1.0, color="0.5", lw=0.8)
         ax.plot(range(len(r)), r, "o", ms=3, color="tab:blue", label="pair B/A")
         ax.axhline(med, color="tab:red", lw=1.2, label=f"median {med:.4f}")
-        ax.axhspan(lo, hi, color="tab:red", alpha=0.15, label="95 % CI")
+        if math.isfinite(lo) and math.isfinite(hi):
+            ax.axhspan(lo, hi, color="tab:red", alpha=0.15, label=what)
         ax.set_title(f"{w}: {m} B/A per pair (n={len(r)})", fontsize=10)
         ax.set_xlabel("pair (run order)")
         ax.set_ylabel("B/A")

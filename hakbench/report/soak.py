@@ -173,7 +173,17 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
     notices: list[str] = []
     problems = [f for f in figures if f["status"] != "complete"]
     if summary["interrupted"]:
-        notices.append("**Interrupted by Ctrl-C**: the figures below use the epochs so far.")
+        by = summary.get("interrupted_by") or "Ctrl-C (SIGINT)"
+        notices.append(
+            f"**Interrupted by {by}**: the figures below use the epochs so far; "
+            "`hakbench soak --resume DIR` (this directory) continues the soak."
+        )
+    for c in summary.get("cut_attempts") or ():
+        notices.append(
+            f"An earlier process of {c['target']} (attempt {c['attempt']}) was cut after "
+            f"{c['epochs']} epochs and ran again from its start; its epochs are kept in "
+            "epochs.jsonl."
+        )
     for f in problems:
         notices.append(f"**{f['label']} is incomplete**: {f['cause']}.")
     if summary["skipped"]:
