@@ -80,17 +80,17 @@ static inline __attribute__((always_inline)) void *malloc_inline(size_t size) {
     return hak_malloc_slow(size);
 }
 
-#ifdef HAK_SECURE
+#ifndef HAK_SECURE
+HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
+    return malloc_inline(size);
+}
+#else
 HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
     if (HAK_UNLIKELY(size > PTRDIFF_MAX)) {
         errno = ENOMEM;
         return NULL;
     }
     return malloc_inline(size + HAK_CANARY_SIZE);
-}
-#else
-HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
-    return malloc_inline(size);
 }
 #endif
 
