@@ -28,7 +28,7 @@ HAKBENCH := $(VENV)/bin/hakbench
 -include allocator/pgo.mk
 
 # every C file clang-format checks (make lint) and rewrites (make format)
-C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.h \
+C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.cc allocator/tests/*.h \
     hakbench/native/*.c
 
 .PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc

@@ -56,7 +56,7 @@ HAKMEM_TEST_PROFILES ?= default \
     HAKMEM_SS_HUGEPAGE_EXPERIMENT=1,HAKMEM_SS_MEM_LEAN=1
 HAKMEM_TEST_VARIANTS ?= fast stats debug secure asan preload
 HAKMEM_TEST_MATRIX_VARIANTS ?= fast asan
-HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) preload_programs
+HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) test_cxx preload_programs
 FUZZ_SECONDS  ?= 60
 FUZZ_PROFILES ?= $(HAKMEM_TEST_PROFILES)
 FUZZ_THREADS  ?= 2
@@ -93,6 +93,18 @@ $(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1))
 endef
 $(foreach k,dynamic fast stats debug secure asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
 
+# test_cxx (C++: operator new/delete in every form) in the builds that export them: not the
+# sanitized ones, whose prefixed API leaves C++'s allocation to ASan and TSan.
+HAKTEST_CXX_KINDS := dynamic fast stats debug secure
+define HAKTEST_CXX_RULES
+$(BUILD)/tests/$(1)/test_cxx: $(HAKTEST_DIR)/test_cxx.cc $(HAKTEST_LIB_$(1)) $(HAKTEST_DIR)/tests.mk
+	@mkdir -p $$(@D)
+	$$(CXX) -std=c++17 -O2 -g -Wall -Wextra -pthread -fsized-deallocation -fno-builtin \
+	    $$(filter-out -fsanitize=%,$$(HAKTEST_FLAGS_$(1))) $$(if $$(filter debug,$(1)),-fsanitize=undefined) \
+	    -o $$@ $$< $$(HAKTEST_LIB_$(1)) $$(HAKTEST_LDLIBS)
+endef
+$(foreach k,$(HAKTEST_CXX_KINDS),$(eval $(call HAKTEST_CXX_RULES,$(k))))
+
 # The fuzzer in the debug build under the profiles the matrix runs in fast and asan only.
 HAKTEST_FUZZ_DEBUG_PROFILES = $(if $(filter fuzz_api,$(HAKMEM_TEST_NAMES)),$(filter-out \
     default,$(HAKMEM_TEST_PROFILES)))
@@ -101,6 +113,7 @@ HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(
 
 .PHONY: test-allocator test-allocator-reference
 test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
+    $(foreach k,$(filter $(HAKTEST_CXX_KINDS),$(HAKTEST_KINDS) stats),$(BUILD)/tests/$(k)/test_cxx) \
     $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES)) \
     $(if $(HAKTEST_FUZZ_DEBUG_PROFILES),$(BUILD)/tests/debug/fuzz_api)
 	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
@@ -117,7 +130,7 @@ $(BUILD)/tests/selftest/fuzz_api_bug%: $(HAKTEST_DIR)/fuzz_api.c $(HAKTEST_HEADE
 	@mkdir -p $(@D)
 	$(CC) $(HAKTEST_CFLAGS) -DFUZZ_SELFTEST_BUG=$* -o $@ $< $(HAKTEST_LDLIBS)
 
-test-allocator-reference: $(call haktest_bins,dynamic) \
+test-allocator-reference: $(call haktest_bins,dynamic) $(BUILD)/tests/dynamic/test_cxx \
     $(addprefix $(BUILD)/tests/selftest/fuzz_api_bug,$(HAKTEST_SELFTEST_BUGS))
 	$(HAKTEST_RUN) --variants "glibc mimalloc" --tests "$(HAKMEM_TEST_NAMES)"
 	bash $(HAKTEST_DIR)/fuzz_selftest.sh "$(BUILD)" $(HAKTEST_SELFTEST_BUGS)
