@@ -84,8 +84,16 @@ extern void _IO_list_lock(void) __attribute__((weak));
 extern void _IO_list_unlock(void) __attribute__((weak));
 extern void _IO_list_resetlock(void) __attribute__((weak));
 
+// Taken only while the process has threads: a single-threaded one has no other thread that could
+// hold it, and glibc's recursive lock is not signal-safe itself (its owner is set after the
+// lock word is taken), so a handler's fork that interrupted the outer fork right there would
+// wait for itself. glibc's own fork takes it under the same condition.
+extern char __libc_single_threaded __attribute__((weak));
+static int list_lock_taken;
+
 static void fork_prepare(void) {
-    if (_IO_list_lock) _IO_list_lock();
+    list_lock_taken = _IO_list_lock && &__libc_single_threaded && !__libc_single_threaded;
+    if (list_lock_taken) _IO_list_lock();
     hak_lock_acquire(&init_lock);
     hak_heap_fork_prepare();
     hak_superslab_fork_prepare();
@@ -99,7 +107,7 @@ static void fork_parent(void) {
     hak_superslab_fork_parent();
     hak_heap_fork_parent();
     hak_lock_release(&init_lock);
-    if (_IO_list_unlock) _IO_list_unlock();
+    if (list_lock_taken) _IO_list_unlock();
 }
 
 // The child's only thread has a new id; every lock starts free (glibc resets its stdio list
@@ -111,7 +119,7 @@ static void fork_child(void) {
     hak_os_fork_child();
     hak_superslab_fork_child();
     hak_heap_fork_child();
-    if (_IO_list_resetlock) _IO_list_resetlock();
+    if (list_lock_taken) _IO_list_resetlock();
 }
 
 // pthread_key_create and pthread_atfork may call malloc; by the time they run the calling

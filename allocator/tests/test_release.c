@@ -451,7 +451,10 @@ static void test_large_cache_serves_regrown_vector(void) {
     if (!allocator_is_hakmem() || (lean && !strcmp(lean, "1"))) return;
     const size_t small = 800 * KiB, grown = 1600 * KiB;
     long faults = 0;
+    double slowest_ms = 0; // a round slower than the purge delay (100 ms) refaults: not judged
     for (int round = 0; round < 4; round++) {
+        struct timespec start, end;
+        clock_gettime(CLOCK_MONOTONIC, &start);
         long before = minor_faults();
         unsigned char *p = malloc(small);
         if (!CHECK(p != NULL)) return;
@@ -466,12 +469,19 @@ static void test_large_cache_serves_regrown_vector(void) {
         CHECK(q[0] == round && q[grown - 1] == round);
         free(q);
         if (round > 0) faults += minor_faults() - before; // round 0 maps the region
+        clock_gettime(CLOCK_MONOTONIC, &end);
+        double ms =
+            (double)(end.tv_sec - start.tv_sec) * 1e3 + (double)(end.tv_nsec - start.tv_nsec) / 1e6;
+        if (ms > slowest_ms) slowest_ms = ms;
     }
     printf("3 x malloc 800 KiB, realloc to 1.2 and 1.6 MiB, free, after the first: %ld page "
            "faults\n",
            faults);
 #if !defined(HAKTEST_DEBUG_BUILD) // sanitizer shadow and assertions change the counts
-    if (resident_bounds_apply()) CHECK(faults < 3 * 40);
+    if (resident_bounds_apply() && slowest_ms < 50)
+        CHECK(faults < 3 * 40);
+    else
+        printf("(a round took %.0f ms, near the purge delay: not judged)\n", slowest_ms);
 #endif
 }
 
