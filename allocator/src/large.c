@@ -24,7 +24,7 @@
 //     request (speed-first: the rest stays mapped behind the block, so a realloc that grows
 //     it back needs no syscall and no fault; lean: the rest is purged), else split, its tail
 //     cached; when none holds it, the largest smaller one grown by mremap (its pages move
-//     warm). A freed region joins the cached regions beside it (resident with resident). The
+//     warm). A freed region joins the cached region after it (resident with resident). The
 //     lean policy cached 512 KiB before issue #30 and unmapped it at every thread exit:
 //     bench_thread_churn under BALANCED then mapped 5,251 large regions a run, 272 now.
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
@@ -435,42 +435,33 @@ static uint64_t joined_due(uint64_t a, uint64_t b) {
     return a && b ? (a < b ? a : b) : a | b;
 }
 
-// Speed-first, a freed region about to be cached (to be purged at *due): cached regions right
-// before and after it join it (regions split off by cache_take, spans cut from one chunk), so
-// that a request larger than either finds them whole again. Returns the entry of the joined
-// region; under the lock.
+// A freed region about to be cached (to be purged at *due): the cached regions right after it
+// join it (the tails cache_take split off, spans cut from one chunk), so that a request larger
+// than either finds them whole again. Only regions after it: a region keeps its start, where a
+// request takes its block, and that is the part its last user wrote (joined to a region before
+// it, the next block came from that one's never-written tail as often as not: test_release's
+// regrown vector faulted in 1.2 MiB a round so, now and then). Under the lock.
 static hak_large *coalesce(hak_large *e, uint64_t *due) {
     uint64_t now = 0;
     for (unsigned i = 0; i < cache_count;) {
-        int adjacent = cache[i] + cache_size[i] == e->block || e->block + e->map_size == cache[i];
-        if (adjacent && cache_due[i]) { // a neighbour whose delay ran out is purged first
+        if (e->block + e->map_size != cache[i]) {
+            i++;
+            continue;
+        }
+        if (cache_due[i]) { // a neighbour whose delay ran out is purged first
             if (!now) now = hak_coarse_now_ns();
             if (cache_due[i] <= now) purge_slot(i);
         }
         // Only regions alike join: resident with resident, purged with purged. A warm region
         // joined to a purged one would be handed out from the purged end as often as not.
-        if (adjacent && !cache_due[i] != !*due) adjacent = 0;
-        if (!adjacent) {
-            i++;
-            continue;
-        }
+        if (!cache_due[i] != !*due) break;
+        *due = joined_due(*due, cache_due[i]);
+        hak_large *after = cache_remove(i);
+        e->map_size += after->map_size;
         // (A block that loses its entry so is remembered as freed, for a second free of it.)
-        if (cache[i] + cache_size[i] == e->block) { // before it: it becomes that one's tail
-            *due = joined_due(*due, cache_due[i]);
-            hak_large *before = cache_remove(i);
-            before->map_size += e->map_size;
-            recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
-            e->block = HAK_LARGE_TOMBSTONE;
-            e = before;
-            i = 0;
-        } else { // after it
-            *due = joined_due(*due, cache_due[i]);
-            hak_large *after = cache_remove(i);
-            e->map_size += after->map_size;
-            recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = after->block;
-            after->block = HAK_LARGE_TOMBSTONE;
-            i = 0;
-        }
+        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = after->block;
+        after->block = HAK_LARGE_TOMBSTONE;
+        i = 0;
     }
     return e;
 }
