@@ -59,7 +59,7 @@ fuzz: $(BUILD)/tests/debug/fuzz_api
 test-c: test-allocator
 
 test-py: setup build
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q -n 2 --dist loadgroup tests
 
 lint: setup
 	$(VENV)/bin/ruff check hakbench tests

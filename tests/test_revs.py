@@ -27,9 +27,13 @@ def worktrees() -> str:
     return git("worktree", "list", "--porcelain").stdout
 
 
-pytestmark = pytest.mark.skipif(
-    git("rev-parse", "--verify", "HEAD").returncode != 0, reason="repository has no commit"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        git("rev-parse", "--verify", "HEAD").returncode != 0, reason="repository has no commit"
+    ),
+    # One worker builds and reuses revisions (make test runs pytest -n 2 --dist loadgroup).
+    pytest.mark.xdist_group("revs"),
+]
 
 
 def test_resolve_rev_gives_the_full_sha():
