@@ -42,7 +42,7 @@
       "print the SMALL_HEAP_V3_STATS group: engagement of the SmallObject v3 path (fast: compiled=0)") \
     X(SS_CACHE_SIZE, SIZE, "32M", HAK_ALL_VARIANTS, "", "SS_OS_STATS.cache_hit,SS_OS_STATS.cache_release", \
       "speed-first policy: bytes of empty 2 MiB superslabs kept mapped (and resident) for reuse") \
-    X(SS_MEM_LEAN, BOOL, "0", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise,SS_OS_STATS.slot_purge_kb,SS_OS_STATS.cache_release,LARGE_STATS.cache_put", \
+    X(SS_MEM_LEAN, BOOL, "0", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise,SS_OS_STATS.slot_purge_kb,SS_OS_STATS.cache_release,LARGE_STATS.cache_put,SS_OS_STATS.alloc", \
       "lean memory policy (BALANCED): keep at most SS_MEM_LEAN_TARGET_MB of empty superslabs; " \
       "superslabs per group of classes; idle medium blocks purged") \
     X(SS_MEM_LEAN_TARGET_MB, INT, "8", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise,SS_OS_STATS.cache_release", \
