@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import matrix
 from hakbench.cli import main
+from hakbench.experiments import matrix
 
 TWO_ALLOCATORS = """
 name = "tiny"
@@ -218,7 +218,7 @@ def test_each_cell_runs_back_to_back_with_its_reference(tmp_path):
     """Adjacent pairs (issue 14): a cell and its reference are neighbours in run order, in
     random order within the pair, and the reference runs once beside each cell it is
     compared with; the ratio is taken within those pairs only."""
-    from hakbench.allocators import resolve_allocator
+    from hakbench.core.allocators import resolve_allocator
 
     if not resolve_allocator("mimalloc").available:
         pytest.skip("libmimalloc2.0 not installed")

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import click
 
-from hakbench import ab as engine
-from hakbench import interrupts
-from hakbench.errors import (
+from hakbench.core.errors import (
     EXIT_GATE,
     EXIT_INCONCLUSIVE,
     MeasurementError,
     UsageError,
 )
-from hakbench.profiles import parse_sets
+from hakbench.core.profiles import parse_sets
+from hakbench.engine import interrupts
+from hakbench.engine.store import default_run_dir
+from hakbench.experiments import ab as engine
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
-from hakbench.stats import FAILED, INCONCLUSIVE, NO_GO
-from hakbench.store import default_run_dir
+from hakbench.stats.stats import FAILED, INCONCLUSIVE, NO_GO
 
 RSS = ("maxrss_kb", "rss_end_kb")  # the memory guardrails beside each verdict
 

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import click
 
-from hakbench import interrupts, matrix
-from hakbench.errors import MeasurementError, UsageError
-from hakbench.load import describe as describe_load
-from hakbench.meta import command_line
-from hakbench.progress import progress_reporter
+from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine import interrupts
+from hakbench.engine.load import describe as describe_load
+from hakbench.engine.meta import command_line
+from hakbench.engine.progress import progress_reporter
+from hakbench.engine.store import default_run_dir, read_json
+from hakbench.experiments import matrix
+from hakbench.experiments.shard import parse_shard
 from hakbench.report.apps import write_apps_report
-from hakbench.shard import parse_shard
-from hakbench.store import default_run_dir, read_json
 
 
 def print_summaries(summaries: list[matrix.CellSummary]) -> None:
