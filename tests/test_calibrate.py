@@ -94,7 +94,7 @@ def test_wilson_ci_matches_the_research_note():
 
 
 def test_calibrate_defaults_to_abs_pair_count():
-    from hakbench.experiments.ab import DEFAULT_PAIRS
+    from hakbench.experiments.ab_spec import DEFAULT_PAIRS
 
     assert cal.DEFAULT_RUNS == DEFAULT_PAIRS
 

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from hakbench.cli import main
 from hakbench.experiments import scorecard
-from hakbench.experiments.ab import ABSpec, run_ab
+from hakbench.experiments.ab import run_ab
+from hakbench.experiments.ab_spec import ABSpec
 
 REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"
 

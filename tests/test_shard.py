@@ -10,7 +10,8 @@ import pytest
 
 from hakbench.core.errors import UsageError
 from hakbench.experiments import shard
-from hakbench.experiments.matrix import expand_coords, load_matrix, reference_index
+from hakbench.experiments.matrix import expand_coords, load_matrix
+from hakbench.tables.matrix_summary import reference_index
 
 SMALL = """
 name = "small"

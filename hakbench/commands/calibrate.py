@@ -25,7 +25,7 @@ from hakbench.engine.store import (
 from hakbench.experiments import calibrate as cal
 from hakbench.experiments import calibrate_sequential as calseq
 from hakbench.experiments import runlength
-from hakbench.experiments.ab import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
+from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
 from hakbench.stats import stats as st
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work/--extra-ops

@@ -23,14 +23,13 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from hakbench.collect.allocstats import counter
 from hakbench.core.cell import Cell, make_cell
 from hakbench.core.errors import UsageError
 from hakbench.core.metrics import GUARDRAILS, METRICS, PERF_SOURCED
-from hakbench.core.profiles import expand_workloads, load_options, resolve_workload
+from hakbench.core.profiles import expand_workloads, resolve_workload
 from hakbench.engine import engine, interrupts
 from hakbench.engine.load import LoadMonitor
 from hakbench.engine.meta import collect_meta
@@ -38,35 +37,17 @@ from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, perf_usable, run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs, iter_ab_schedule
 from hakbench.engine.store import write_json, write_pyperf
+from hakbench.experiments.ab_spec import (
+    DEFAULT_PAIRS,
+    DEFAULT_WORKLOADS,
+    PERF_MODES,
+    TIMED_METRICS,
+    ABResult,
+    ABSpec,
+)
+from hakbench.experiments.engagement import engagement
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
-
-# Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
-# while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
-# ~12-30 s. More pairs narrow the median's CI as 1/sqrt(n); 30 pairs detected 2 % in 11/15
-# trials on a quiet VM (docs/measuring.md); 100 still fit in ~30 s
-# under load, where the CI is 2-4 times wider.
-DEFAULT_WORKLOADS = ("mixed",)
-DEFAULT_PAIRS = 100  # the fixed count of `--runs` when given alone, and calibrate's
-# By default ab samples sequentially (hakbench.stats.sequential): pairs in rounds until each
-# workload's verdict is decisive, or until this budget (seconds per call, warm-ups
-# included) or the pair cap runs out: INCONCLUSIVE, with the pairs that would likely decide.
-DEFAULT_MAX_TIME_S = 60.0
-DEFAULT_MAX_PAIRS = 20000
-DEFAULT_WARMUP_PAIRS = 3
-DEFAULT_PROFILE = "C7_SAFE"
-# Metrics a timed A/B can be judged on. task-clock (the harness's CPU time) is the choice on
-# a loaded VM: at load 3.5-8.7 on 2 cores (2026-11-22, 100 pairs, 12 trials) its paired CI
-# was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
-# times against 1/4, because time spent waiting for a CPU is not in it.
-TIMED_METRICS = ("throughput", "task_clock_ms")
-# Why pairs run without perf by default: wrapping every sample in `perf stat` roughly doubled
-# the width of the throughput CI and halved power on this VM (same ~2 % A/B, load 2.6-3.6:
-# CI width 4.9-7.5 % with perf against 1.7-4.3 % without; detected 1/4 against 3/4; 12-20 s
-# against 7-10 s per trial). The counters still come from a few perf runs per side.
-PERF_MODES = ("observe", "each", "off")
-DEFAULT_PERF_MODE = "observe"
-DEFAULT_PERF_RUNS = 3
 
 SUMMARY_FIELDS = (
     "workload",
@@ -89,109 +70,6 @@ SUMMARY_FIELDS = (
     "pairs_needed",
     "seconds_needed",
 )
-
-
-@dataclass
-class ABSpec:
-    profile: str = DEFAULT_PROFILE
-    baseline: str | None = None
-    sets: dict = field(default_factory=dict)
-    allocator: str = "hakmem"
-    baseline_allocator: str | None = None
-    variant: str = "fast"
-    baseline_variant: str | None = None  # A's hakmem build variant [default: variant]
-    workloads: tuple = DEFAULT_WORKLOADS
-    pairs: int | None = None  # a fixed count; None: sequential, to a decision or the budget
-    max_time_s: float = DEFAULT_MAX_TIME_S  # sequential only
-    max_pairs: int = DEFAULT_MAX_PAIRS  # sequential only
-    iters: int | None = None  # iterations of every harness workload [default: run length]
-    warmup_pairs: int = DEFAULT_WARMUP_PAIRS
-    threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
-    seed: int | None = None  # None: a fresh one per call (engine.new_seed), recorded
-    metric: str = "throughput"  # a TIMED_METRICS name, or "instructions"
-    rev: str | None = None
-    baseline_rev: str | None = None
-    timeout: float = 120.0
-    perf: str = DEFAULT_PERF_MODE  # one of PERF_MODES
-    perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
-    observe: bool = True
-    name: str | None = None
-    # calibration only (`calibrate --sequential`): side B passes the harness's --extra-ops K,
-    # side A --extra-ops KA, a known injected slowdown
-    extra_ops: int | None = None
-    baseline_extra_ops: int = 0  # side A's K when extra_ops is set
-
-    @property
-    def sequential(self) -> bool:
-        return self.pairs is None and self.metric in TIMED_METRICS
-
-    @property
-    def is_aa(self) -> bool:
-        """Bare ``ab --profile P``: A is P itself, so A and B are the same cell."""
-        return (
-            self.baseline in (None, self.profile)
-            and not self.sets
-            and self.baseline_allocator in (None, self.allocator)
-            and self.baseline_variant in (None, self.variant)
-            and self.rev == self.baseline_rev
-            and not self.extra_ops
-        )
-
-    def describe(self) -> str:
-        def side(allocator, variant, profile, sets):
-            hakmem = allocator == "hakmem"
-            text = allocator + (f":{variant}" if hakmem and variant != "fast" else "")
-            text += f" {profile}" if hakmem else ""
-            return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
-
-        a = side(
-            self.baseline_allocator or self.allocator,
-            self.baseline_variant or self.variant,
-            self.baseline or self.profile,
-            {},
-        )
-        text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
-        if self.extra_ops is not None:
-            text += (
-                f" --extra-ops {self.extra_ops} against A's {self.baseline_extra_ops}"
-                " (a known injected cost)"
-            )
-        return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
-
-
-@dataclass
-class ABResult:
-    out: Path
-    spec: ABSpec
-    cells: dict  # workload -> (cell A, cell B)
-    comparisons: list  # stats.Comparison
-    roles: dict  # metric -> primary | guardrail | info
-    engagement: dict  # workload -> {"status": engaged|not-engaged|unknown|n/a, "detail": str}
-    failed: list  # failed samples
-    unavailable: list  # metric names no measured or perf run of this A/B had
-    interrupted: bool = False
-    shas: dict = field(default_factory=dict)
-    changed_libraries: list = field(default_factory=list)  # rebuilt while the A/B ran
-    perf_counters: list = field(default_factory=list)  # stats.Comparison, source "perf"
-    perf_note: str = ""  # why perf counter runs were not taken, when they were not
-    noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
-    failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
-    load: dict | None = None  # hakbench.engine.load: how busy the machine was while this measured
-    iterations: dict = field(default_factory=dict)  # workload -> "N iterations: why"
-    pairs_seconds: float = 0.0  # wall time from the first pair (warm-ups included) to the last
-    history: list = field(default_factory=list)  # resumes and continuations (meta.json)
-    stopped_by: str = ""  # the stop signal's description when interrupted
-
-    def role(self, c) -> str:
-        """primary | guardrail | info of a comparison: per (workload, metric) where a command
-        workload set its own (its primary is its time or rate), else per metric."""
-        return self.roles.get((c.workload, c.metric), self.roles.get(c.metric, "info"))
-
-    def primary(self) -> list:
-        return [c for c in self.comparisons if self.role(c) == "primary"]
-
-    def verdicts(self) -> dict:
-        return {c.workload: c.verdict for c in self.primary()}
 
 
 def run_length(spec: ABSpec, name: str):
@@ -246,71 +124,6 @@ def build_cells_why(spec: ABSpec, builds: dict) -> dict:
                 raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
         cells[b.workload.name] = ((a, b), why)
     return cells
-
-
-def differing_switches(a: Cell, b: Cell) -> dict:
-    """HAKMEM_* keys whose value differs between the two cells: key -> (A value, B value)."""
-    if a.allocator != "hakmem" or b.allocator != "hakmem":
-        return {}
-    keys = {k for k in (*a.env, *b.env) if k.startswith("HAKMEM_")}
-    return {k: (a.env.get(k), b.env.get(k)) for k in sorted(keys) if a.env.get(k) != b.env.get(k)}
-
-
-def switch_counters(options=None) -> dict:
-    """HAKMEM_* key -> the stats counters (``GROUP.key``) that prove the switch acted: the
-    counters column of the options table (allocator/src/options.h, exported by
-    ``hakmem-options --json``). A switch without counters (a stats or verbosity switch)
-    changes what is printed, not what the allocator does."""
-    rows = load_options() if options is None else options
-    return {o["name"]: list(o.get("counters") or ()) for o in rows}
-
-
-ENGAGED, NOT_ENGAGED, PARTIAL, UNKNOWN = "engaged", "not-engaged", "partial", "unknown"
-
-
-def engagement(a: Cell, b: Cell, observed: dict, options=None) -> dict:
-    """Did every switch that differs between A and B act? ``observed``: side -> the
-    alloc_stats of that side's stats run (None when it failed). A switch acted when one of
-    its counters differs between A and B (the path ran on one side only, the policy gave
-    back more or less); it did not when each counter is the same on both sides (zero, or
-    what both sides do anyway). ENGAGED when every switch with counters acted, NOT-ENGAGED
-    when none did, PARTIAL when some did and some did not; unknown when a counter was not
-    reported. Counters of multi-threaded workloads vary from run to run, so there a
-    difference is weaker evidence than on the deterministic single-threaded programs."""
-    switches = differing_switches(a, b)
-    if not switches:
-        return {"status": "n/a", "detail": "no switch differs", "switches": {}}
-    declared = switch_counters(options)
-    per: dict = {}
-    notes = []
-    for key in switches:
-        names = declared.get(key, [])
-        if not names:
-            notes.append(f"{key}: no counter declared")
-            continue
-        values = {
-            n: {s: counter(observed[s], n) if observed.get(s) else None for s in "AB"}
-            for n in names
-        }
-        seen = [v for by_side in values.values() for v in by_side.values()]
-        if any(v is None for v in seen):
-            per[key] = UNKNOWN
-        elif any(v["A"] != v["B"] for v in values.values()):
-            per[key] = ENGAGED
-        else:
-            per[key] = NOT_ENGAGED
-        counts = ", ".join(f"{n} A={v['A']} B={v['B']}" for n, v in values.items())
-        notes.append(f"{key}: {per[key]} ({counts})")
-    found = set(per.values())
-    if not found:
-        status = "n/a"
-    elif ENGAGED in found and NOT_ENGAGED in found:
-        status = PARTIAL
-    elif UNKNOWN in found:
-        status = UNKNOWN
-    else:
-        status = found.pop()
-    return {"status": status, "detail": "; ".join(notes), "switches": per}
 
 
 def _resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
@@ -869,6 +682,7 @@ def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary
 
 
 def write_outputs(result: ABResult, samples: list[dict]) -> None:
+    from hakbench.experiments.calibrate import calibration_line
     from hakbench.report.markdown import write_ab_report
     from hakbench.report.plots import plot_paired_ratios
 
@@ -917,4 +731,6 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                 if c.decide_low is not None
             },
         )
-    write_ab_report(result, samples, out / "report.md")
+    fixed_count = result.spec.metric == "throughput" and not result.spec.sequential
+    calibration = calibration_line() if fixed_count else ""  # a fixed count's noise check
+    write_ab_report(result, samples, out / "report.md", calibration=calibration)

@@ -43,7 +43,7 @@ from hakbench.stats import stats as st
 
 ALPHA = st.ALPHA
 POWER = 0.8
-# ab's default pair count (hakbench.experiments.ab.DEFAULT_PAIRS; a test keeps them equal):
+# ab's default pair count (hakbench.experiments.ab_spec.DEFAULT_PAIRS; a test keeps them equal):
 # calibrating at the pair count ab runs by default lets ab read its figures without scaling.
 DEFAULT_RUNS = 100
 # K of --extra-work around ab's 1 % threshold. On `mixed` the lab machine's reference

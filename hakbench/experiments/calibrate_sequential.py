@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from hakbench.core.errors import UsageError
 from hakbench.engine.schedule import complete_pairs
 from hakbench.experiments import calibrate as cal
-from hakbench.experiments.ab import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S
+from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S
 from hakbench.stats import sequential as seq
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO
 

@@ -24,12 +24,11 @@ from pathlib import Path
 from hakbench.core import paths
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.engine.store import load_samples, read_json, read_jsonl, write_json, write_jsonl
-from hakbench.experiments.matrix import (
+from hakbench.experiments.matrix import load_matrix, run_matrix
+from hakbench.tables.matrix_summary import (
     SUMMARY_RATIO_FIELDS,
     SUMMARY_STATS_FIELDS,
     fmt,
-    load_matrix,
-    run_matrix,
     summarize,
     summary_values,
 )

@@ -42,7 +42,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def comparison_groups(refs: Sequence[int | None]) -> list[list[int]]:
     """Cells that must share a machine: each cell with its reference (``refs[i]``, from
-    ``matrix.reference_index``), joined transitively. Groups in order of their first cell."""
+    ``matrix_summary.reference_index``), joined transitively. Groups in order of their first
+    cell."""
     parent = list(range(len(refs)))
 
     def root(i: int) -> int:

@@ -11,7 +11,7 @@ Time: a command workload's own time metric (wall_s, cpu_s, app_time_s) as is; a 
 (harness throughput, app_rate) is turned into time as reference/cell. Every ratio is the
 median of the ratios of adjacent pairs (each cell runs back to back with its reference; a
 stored run of plan 1 is paired by round), with a distribution-free 95 % CI
-(hakbench.experiments.matrix.summarize).
+(hakbench.tables.matrix_summary.summarize).
 Memory: ``maxrss_kb`` the same way (for a command workload wait4's ru_maxrss through
 hakrun, for a harness program its own VmHWM).
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hakbench.core.metrics import METRICS
 from hakbench.engine.load import describe as describe_load
-from hakbench.experiments.matrix import CellSummary, summarize
+from hakbench.tables.matrix_summary import CellSummary, summarize
 
 REPORT_GROUPS = {"apps", "stress"}
 FAILURE_WORDS = {

@@ -8,7 +8,6 @@ from pathlib import Path
 from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
-from hakbench.experiments.calibrate import calibration_line
 from hakbench.stats.sequential import RULE as SEQ_RULE
 from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE
 
@@ -184,7 +183,7 @@ def perf_counter_lines(result, workload: str) -> list[str]:
     return out + _table(["metric", "unit", "A median", "B median", "B/A"], table) + [""]
 
 
-def write_ab_report(result, samples: list[dict], path: Path) -> Path:
+def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str = "") -> Path:
     spec = result.spec
     lines = [f"# A/B: {spec.describe()}", ""]
     if spec.is_aa:
@@ -196,8 +195,8 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         ]
     if result.noise_warning:
         lines += [f"**Noise floor**: {result.noise_warning}.", ""]
-    if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
-        lines += [calibration_line(), ""]
+    if calibration:  # a fixed count's noise check: which calibration it used (ab)
+        lines += [calibration, ""]
     if result.interrupted:
         by = f" by {result.stopped_by}" if getattr(result, "stopped_by", "") else ""
         lines += [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from hakbench.experiments.matrix import CellSummary
+from hakbench.tables.matrix_summary import CellSummary
 from hakbench.tables.scorecard_model import (
     MILESTONES,
     Scorecard,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hakbench.experiments.matrix import CellSummary
+from hakbench.tables.matrix_summary import CellSummary
 
 MILESTONES = (("M1", 0.5), ("M2", 0.8), ("M3", 1.0))
 
