@@ -12,12 +12,13 @@ import sys
 
 import click
 
-from hakbench import __version__, interrupts, meta
-from hakbench.errors import HakbenchError
+from hakbench import __version__
+from hakbench.core.errors import HakbenchError
+from hakbench.engine import interrupts, meta
 
 
 class _Group(click.Group):
-    """Run every command under the one signal policy (hakbench.interrupts: SIGINT, SIGTERM
+    """Run every command under the one signal policy (hakbench.engine.interrupts: SIGINT, SIGTERM
     and SIGHUP stop it alike); turn HakbenchError into one line on stderr and its exit code,
     and a stop that no command caught (each one that writes files catches it to write what
     finished first) into one line and exit 128 + the signal (130, 143, 129), not click's

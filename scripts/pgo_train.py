@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hakbench.gate import load_gate, scaled_workload  # noqa: E402
-from hakbench.procenv import clean_env  # noqa: E402
-from hakbench.profiles import resolve_profile, resolve_workload  # noqa: E402
+from hakbench.experiments.gate import load_gate, scaled_workload  # noqa: E402
+from hakbench.core.procenv import clean_env  # noqa: E402
+from hakbench.core.profiles import resolve_profile, resolve_workload  # noqa: E402
 
 
 def main(build: Path) -> int:

@@ -12,13 +12,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench.ab import ABSpec, differing_switches, engagement, run_ab
-from hakbench.allocators import resolve_allocator
-from hakbench.cell import Cell
 from hakbench.cli import main
-from hakbench.errors import UsageError
-from hakbench.profiles import Workload
-from hakbench.runner import perf_usable
+from hakbench.core.allocators import resolve_allocator
+from hakbench.core.cell import Cell
+from hakbench.core.errors import UsageError
+from hakbench.core.profiles import Workload
+from hakbench.engine.runner import perf_usable
+from hakbench.experiments.ab import run_ab
+from hakbench.experiments.ab_spec import ABSpec
+from hakbench.experiments.engagement import differing_switches, engagement
 
 REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"
 MIMALLOC = resolve_allocator("mimalloc")
@@ -191,10 +193,10 @@ def test_noise_warning_from_the_reference_calibration(lab):
 
 
 def test_instructions_report_states_the_blind_spots(lab):
-    from hakbench.ab import ABResult
-    from hakbench.instructions import BLIND_SPOTS
+    from hakbench.engine.instructions import BLIND_SPOTS
+    from hakbench.experiments.ab_spec import ABResult
     from hakbench.report.markdown import write_ab_report
-    from hakbench.stats import Comparison
+    from hakbench.stats.stats import Comparison
 
     spec = ABSpec(allocator="system", workloads=("hot",), metric="instructions")
     cell = Cell("system", None, None, Workload("hot", "p", (), ""), {})

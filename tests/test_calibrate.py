@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hakbench import calibrate as cal
-from hakbench import paths
-from hakbench import stats as st
 from hakbench.cli import main
-from hakbench.errors import UsageError
+from hakbench.core import paths
+from hakbench.core.errors import UsageError
+from hakbench.experiments import calibrate as cal
+from hakbench.stats import stats as st
 
 
 def synthetic_trials(rng, condition, k, slowdown_pct, sigma, trials, pairs):
@@ -94,7 +94,7 @@ def test_wilson_ci_matches_the_research_note():
 
 
 def test_calibrate_defaults_to_abs_pair_count():
-    from hakbench.ab import DEFAULT_PAIRS
+    from hakbench.experiments.ab_spec import DEFAULT_PAIRS
 
     assert cal.DEFAULT_RUNS == DEFAULT_PAIRS
 
@@ -261,7 +261,7 @@ def test_ctrl_c_keeps_the_finished_trials_and_exits_130(scratch_root):
 
 
 def test_corrupt_trials_line_is_named(tmp_path):
-    from hakbench.store import read_jsonl
+    from hakbench.engine.store import read_jsonl
 
     f = tmp_path / "trials.jsonl"
     f.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import calibrate_sequential as cs
 from hakbench.cli import main
-from hakbench.errors import UsageError
+from hakbench.core.errors import UsageError
+from hakbench.experiments import calibrate_sequential as cs
 
 
 def pairs(effect_pct: float, sd: float, seed: int, failed_every: int = 0):

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from hakbench.cell import make_cell
-from hakbench.errors import UsageError
+from hakbench.core.cell import make_cell
+from hakbench.core.errors import UsageError
 
 OPTIONS = [
     {

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import allocators
-from hakbench.allocators import find_library, resolve_allocator
-from hakbench.cell import make_cell
 from hakbench.cli import main
-from hakbench.errors import UsageError
-from hakbench.inputs import GENERATORS, generate, input_path
-from hakbench.matrix import expand_coords, parse_matrix
-from hakbench.profiles import expand_workloads, load_workloads, parse_workload
-from hakbench.runner import run_sample
+from hakbench.core import allocators
+from hakbench.core.allocators import find_library, resolve_allocator
+from hakbench.core.cell import make_cell
+from hakbench.core.errors import UsageError
+from hakbench.core.inputs import GENERATORS, generate, input_path
+from hakbench.core.profiles import expand_workloads, load_workloads, parse_workload
+from hakbench.engine.runner import run_sample
+from hakbench.experiments.matrix import expand_coords, parse_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 PY = "/usr/bin/python3"

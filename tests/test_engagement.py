@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import paths
-from hakbench.cell import make_cell
 from hakbench.cli import main
 from hakbench.collect.allocstats import counter
-from hakbench.profiles import load_options
-from hakbench.runner import run_sample
+from hakbench.core import paths
+from hakbench.core.cell import make_cell
+from hakbench.core.profiles import load_options
+from hakbench.engine.runner import run_sample
 
 pytestmark = pytest.mark.skipif(
     not (paths.build_dir() / "stats" / "libhakmem.so").exists()

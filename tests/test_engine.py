@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from hakbench import engine, interrupts, paths
-from hakbench.errors import UsageError
-from hakbench.store import RunStore, read_jsonl
+from hakbench.core import paths
+from hakbench.core.errors import UsageError
+from hakbench.engine import engine, interrupts
+from hakbench.engine.store import RunStore, read_jsonl
 
 HAKBENCH = Path(sys.executable).parent / "hakbench"
 needs_harness = pytest.mark.skipif(
@@ -242,9 +243,9 @@ def test_ab_continue_extends_the_same_sequence_and_seed_replays(scratch, tmp_pat
 
     from click.testing import CliRunner
 
-    from hakbench import sequential as seq
     from hakbench.cli import main
-    from hakbench.schedule import complete_pairs
+    from hakbench.engine.schedule import complete_pairs
+    from hakbench.stats import sequential as seq
 
     monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
     out = tmp_path / "ab"
@@ -353,8 +354,8 @@ def test_a_killed_sequential_ab_resumes_the_same_sequence(scratch, tmp_path):
     uninterrupted sequence over the same pairs gives."""
     import math
 
-    from hakbench import sequential as seq
-    from hakbench.schedule import complete_pairs
+    from hakbench.engine.schedule import complete_pairs
+    from hakbench.stats import sequential as seq
 
     out = tmp_path / "seq"
     argv = ["ab", "-a", "system", "-w", "mixed_short", "--perf", "off", "--warmup", "1"]

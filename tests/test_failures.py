@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import scorecard
-from hakbench.ab import ABSpec, run_ab
 from hakbench.cli import main
+from hakbench.experiments import scorecard
+from hakbench.experiments.ab import run_ab
+from hakbench.experiments.ab_spec import ABSpec
 
 REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"
 
@@ -104,7 +105,7 @@ def lab(make_lab):
 @pytest.fixture
 def shim(tmp_path, monkeypatch) -> Path:
     """The aborting preload; its counter (and the name "shim") are the test's own."""
-    monkeypatch.setattr("hakbench.allocators._BY_PATH", {})
+    monkeypatch.setattr("hakbench.core.allocators._BY_PATH", {})
     src, lib = tmp_path / "shim.c", tmp_path / "libshim.so"
     src.write_text(SHIM)
     count = tmp_path / "shim-count"
@@ -168,7 +169,7 @@ def test_a_checksum_that_is_not_glibcs_is_a_failed_sample(lab):
         warmup_pairs=0,
         perf="off",
     )
-    from hakbench.allocators import resolve_allocator
+    from hakbench.core.allocators import resolve_allocator
 
     if not resolve_allocator("mimalloc").available:
         pytest.skip("libmimalloc2.0 not installed")

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from hakbench import gate as g
-from hakbench.errors import UsageError
-from hakbench.profiles import resolve_workload
+from hakbench.core.errors import UsageError
+from hakbench.core.profiles import resolve_workload
+from hakbench.experiments import gate as g
 
 SPEC = g.GateSpec(
     ("C7_SAFE",), ("mixed", "xthread"), 0.1, 0.5, {"xthread": 2.0}, 25.0, 256, {"xthread": 50.0}

@@ -11,7 +11,7 @@ import tomllib
 import pytest
 from test_harness import PRELOADS, parse_result, result_of, run_bench
 
-from hakbench.profiles import load_workloads, resolve_profile
+from hakbench.core.profiles import load_workloads, resolve_profile
 
 STRESS_PROGRAMS = {
     "bench_churn",

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import paths
 from hakbench.cli import main
-from hakbench.hotspots import (
+from hakbench.core import paths
+from hakbench.experiments.hotspots import (
     BACKEND,
     FRONT,
     Hotspot,

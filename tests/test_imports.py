@@ -1,4 +1,5 @@
-"""hakbench's modules form no import circle, not even through an import inside a function.
+"""hakbench's modules form no import circle, not even through an import inside a function,
+and import only down the layers of its subpackages.
 
 A circle means two modules can only be understood (and changed) together; issue 14 broke
 the ones between the engines and report/. This reads every module's imports with ast, so an
@@ -76,8 +77,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    assert "hakbench.report.markdown" in graph["hakbench.ab"]  # imported in write_outputs
-    assert "hakbench.command_run" in graph["hakbench.runner"]  # imported in run_sample
+    assert "hakbench.report.markdown" in graph["hakbench.experiments.ab"]  # in write_outputs
+    assert "hakbench.engine.command_run" in graph["hakbench.engine.runner"]  # in run_sample
 
 
 def test_circles_are_found():
@@ -86,3 +87,66 @@ def test_circles_are_found():
 
 def test_no_module_imports_one_that_imports_it_back():
     assert circles(import_graph()) == []
+
+
+# The layers, lowest first: a module imports only modules of its own package or of a lower
+# layer. engine and stats share a layer and import neither each other. The reports read
+# tables only: samples, summaries, rows (core, engine's readers, stats, tables), never an
+# experiment that makes them; the experiments write their reports.
+LAYERS = {
+    "core": 0,  # base types and file formats
+    "collect": 0,  # parsers: text in, data out
+    "engine": 1,  # the sample loop, one process, storage, the schedule
+    "stats": 1,  # figures and verdicts
+    "tables": 2,  # what the reports read: summaries, the scorecard, misuse rows
+    "report": 3,
+    "experiments": 4,
+    "commands": 5,
+    "cli": 6,  # hakbench.cli and hakbench.__main__: the command line on top
+}
+
+
+def layer_of(module: str) -> str:
+    """The package a module belongs to: hakbench.<package>[.x]; the top-level modules are
+    the CLI (cli, __main__) and the package itself (its __version__, with core)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "core"
+    if parts[1] in ("cli", "__main__"):
+        return "cli"
+    return parts[1]
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, imported in sorted(graph.items()):
+        own = layer_of(module)
+        for other in sorted(imported):
+            theirs = layer_of(other)
+            if theirs != own and LAYERS[theirs] >= LAYERS[own]:
+                found.append(f"{module} ({own}) imports {other} ({theirs})")
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert {layer_of(m) for m in import_graph()} <= set(LAYERS)
+
+
+def test_no_top_level_modules_but_the_cli():
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py", "cli.py"]
+
+
+def test_layer_violations_are_found():
+    graph = {
+        "hakbench.engine.runner": {"hakbench.stats.stats", "hakbench.core.cell"},
+        "hakbench.report.apps": {"hakbench.experiments.matrix", "hakbench.tables.x"},
+        "hakbench.core.cell": {"hakbench.core.paths"},
+    }
+    assert layer_violations(graph) == [
+        "hakbench.engine.runner (engine) imports hakbench.stats.stats (stats)",
+        "hakbench.report.apps (report) imports hakbench.experiments.matrix (experiments)",
+    ]
+
+
+def test_imports_go_down_the_layers():
+    assert layer_violations(import_graph()) == []

@@ -6,12 +6,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from hakbench import instructions as ins
-from hakbench import paths
-from hakbench.cell import make_cell
 from hakbench.cli import main
-from hakbench.instructions import measure_instructions, parse_callgrind_total, pick_tool
-from hakbench.profiles import resolve_workload
+from hakbench.core import paths
+from hakbench.core.cell import make_cell
+from hakbench.core.profiles import resolve_workload
+from hakbench.engine import instructions as ins
+from hakbench.engine.instructions import measure_instructions, parse_callgrind_total, pick_tool
 
 CALLGRIND_OUT = """\
 # callgrind format

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import paths
 from hakbench.cli import main
+from hakbench.core import paths
 
 needs_harness = pytest.mark.skipif(
     not paths.bench_binary("bench_random_mixed").exists(), reason="harness not built"

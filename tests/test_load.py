@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hakbench.load import (
+from hakbench.engine.load import (
     LoadMonitor,
     OwnTimes,
     SystemStat,

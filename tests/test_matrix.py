@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import matrix
 from hakbench.cli import main
+from hakbench.experiments import matrix
+from hakbench.tables import matrix_summary
 
 TWO_ALLOCATORS = """
 name = "tiny"
@@ -62,7 +63,7 @@ def test_expansion_crosses_hakmem_axes_and_collapses_them_for_references():
     assert {"workload": "mixed", "allocator": "system"} in coords
     assert matrix.coords_label(hakmem[1]) == "hakmem:fast/C7_SAFE[HAKMEM_VERBOSE=1]"
     # every cell's reference is mimalloc on the same workload
-    refs = matrix.reference_index(coords, spec.reference)
+    refs = matrix_summary.reference_index(coords, spec.reference)
     for c, r in zip(coords, refs, strict=True):
         assert coords[r] == {"workload": c["workload"], "allocator": "mimalloc"}
 
@@ -75,7 +76,8 @@ def test_reference_on_a_hakmem_cell_matches_the_other_hakmem_axes():
         {"workload": "w", "allocator": "hakmem", "variant": "stats", "HAKMEM_X": "1"},
     ]
     # v2 on/off style: each cell is compared to the HAKMEM_X=0 cell of its own variant
-    assert matrix.reference_index(coords, {"HAKMEM_X": "0", "allocator": "hakmem"}) == [0, 0, 2, 2]
+    refs = matrix_summary.reference_index(coords, {"HAKMEM_X": "0", "allocator": "hakmem"})
+    assert refs == [0, 0, 2, 2]
 
 
 def test_every_round_runs_every_cell_once_in_a_seeded_shuffled_order():
@@ -196,7 +198,7 @@ def test_instruction_counts_run_once_per_cell_after_the_timed_rounds(tmp_path):
     assert phases == ["warmup"] * 2 + ["measure"] * 2 + ["instructions"] * 2
     counted = [s for s in read_samples(out) if s["phase"] == "instructions"]
     assert all(s["status"] == "ok" for s in counted), [s["error"] for s in counted]
-    ir = matrix.summarize(read_samples(out), run.meta["cells"], "ir_per_op")
+    ir = matrix_summary.summarize(read_samples(out), run.meta["cells"], "ir_per_op")
     assert all(s.n == 1 and s.median > 0 for s in ir)
     # the timed summary is not disturbed by the instruction round
     assert all(s.n == 1 and s.n_failed == 0 for s in run.summaries)
@@ -218,7 +220,7 @@ def test_each_cell_runs_back_to_back_with_its_reference(tmp_path):
     """Adjacent pairs (issue 14): a cell and its reference are neighbours in run order, in
     random order within the pair, and the reference runs once beside each cell it is
     compared with; the ratio is taken within those pairs only."""
-    from hakbench.allocators import resolve_allocator
+    from hakbench.core.allocators import resolve_allocator
 
     if not resolve_allocator("mimalloc").available:
         pytest.skip("libmimalloc2.0 not installed")

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import misuse
 from hakbench.cli import main
-from hakbench.errors import UsageError
-from hakbench.misuse_model import (
+from hakbench.core.errors import UsageError
+from hakbench.experiments import misuse
+from hakbench.report.misuse_md import cell_text, matrix_lines, run_markdown, scorecard_section
+from hakbench.tables.misuse_model import (
     CSV_FIELDS,
     classify,
     compact_stdout,
@@ -22,7 +23,6 @@ from hakbench.misuse_model import (
     rows_csv,
     rows_of,
 )
-from hakbench.report.misuse_md import cell_text, matrix_lines, run_markdown, scorecard_section
 
 DATA = Path(__file__).parent / "data" / "misuse_records.jsonl"
 

@@ -4,7 +4,7 @@ source for what this VM cannot produce), and the runner's mapping onto metrics."
 from pathlib import Path
 
 from hakbench.collect.perfstat import parse_perf_csv
-from hakbench.runner import perf_metrics, signal_from_perf_stderr
+from hakbench.engine.runner import perf_metrics, signal_from_perf_stderr
 
 DATA = Path(__file__).parent / "data"
 

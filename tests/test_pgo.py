@@ -4,8 +4,8 @@ run, and usable everywhere the fast variant is."""
 import subprocess
 import sys
 
-from hakbench.cell import make_cell
-from hakbench.runner import run_sample
+from hakbench.core.cell import make_cell
+from hakbench.engine.runner import run_sample
 
 
 def test_pgo_objects_were_built_from_training_profiles(build_dir):

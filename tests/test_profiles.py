@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from hakbench.cli import main
-from hakbench.errors import UsageError
-from hakbench.profiles import load_profiles, resolve_profile
+from hakbench.core.errors import UsageError
+from hakbench.core.profiles import load_profiles, resolve_profile
 
 OPTIONS = [
     {

@@ -2,7 +2,7 @@
 
 import io
 
-from hakbench.progress import Progress
+from hakbench.engine.progress import Progress
 
 
 def test_off_a_terminal_it_prints_the_first_step_each_tenth_and_every_failure():

@@ -7,10 +7,10 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from hakbench import paths
 from hakbench.cli import main
-from hakbench.errors import MeasurementError, UsageError
-from hakbench.revs import LOG, STAMP, build_at_rev, resolve_rev, rev_build_dir
+from hakbench.core import paths
+from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine.revs import LOG, STAMP, build_at_rev, resolve_rev, rev_build_dir
 
 ROOT = paths.repo_root()
 

@@ -9,10 +9,10 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from hakbench import runlength as rl
-from hakbench import sequential as seq
 from hakbench.cli import main
-from hakbench.profiles import resolve_workload
+from hakbench.core.profiles import resolve_workload
+from hakbench.experiments import runlength as rl
+from hakbench.stats import sequential as seq
 
 
 def test_pairs_needed_grows_with_the_square_of_spread_over_threshold():

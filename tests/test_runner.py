@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hakbench import paths
-from hakbench.cell import make_cell
-from hakbench.runner import perf_usable, run_sample
+from hakbench.core import paths
+from hakbench.core.cell import make_cell
+from hakbench.engine.runner import perf_usable, run_sample
 
 REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"
 
@@ -144,7 +144,7 @@ def test_run_perf_observe_keeps_perf_out_of_the_measured_runs(lab):
     from click.testing import CliRunner
 
     from hakbench.cli import main
-    from hakbench.store import load_samples
+    from hakbench.engine.store import load_samples
 
     out = lab / "observe"
     args = ["run", "-a", "system", "-w", "short", "-n", "2", "--warmups", "0"]

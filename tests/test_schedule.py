@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from hakbench.schedule import A, B, ab_schedule, plan
+from hakbench.engine.schedule import A, B, ab_schedule, plan
 
 
 def rounds_of(slots):
@@ -83,7 +83,7 @@ def test_ab_schedule_pairs_a_and_b_of_each_workload():
 
 
 def test_complete_pairs_puts_a_plans_pairs_back_together():
-    from hakbench.schedule import complete_pairs
+    from hakbench.engine.schedule import complete_pairs
 
     # a matrix plan: cells 1 and 2 compared with reference 0, two rounds
     slots = plan(3, 2, seed=4, partner=[None, 0, 0])

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import scorecard, scorecard_model
 from hakbench.cli import main
+from hakbench.experiments import scorecard
+from hakbench.tables import scorecard_model
 
 TINY = """
 name = "tiny-scorecard"
@@ -241,7 +242,7 @@ def test_apps_section_is_stored_apart_rendered_into_the_scorecard_and_checked(re
 
 
 def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatch):
-    from hakbench import misuse
+    from hakbench.experiments import misuse
 
     monkeypatch.setattr(misuse, "DEFAULT_ALLOCATORS", ("system", "hakmem"))
     monkeypatch.setattr(misuse, "HAKMEM_VARIANTS", ["fast"])

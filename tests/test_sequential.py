@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from test_calibrate_sequential import Clock
 
-from hakbench import sequential as sq
-from hakbench.stats import GO, NEUTRAL, NO_GO
+from hakbench.stats import sequential as sq
+from hakbench.stats.stats import GO, NEUTRAL, NO_GO
 
 DATA = Path(__file__).parent / "data" / "aa_log_ratios_mixed_loaded.txt"
 DELTA = math.log(1.01)  # the default 1 % threshold
@@ -104,7 +104,7 @@ def test_effect_of_half_the_threshold_is_never_go_or_no_go():
 def test_fixed_n_rule_rerun_after_every_batch_is_what_this_replaces():
     """The naive alternative, a fixed-n order-statistic CI checked after every batch, calls
     an A/A different far more often than 5 %: the reason for the confidence sequence."""
-    from hakbench.stats import median_ci
+    from hakbench.stats.stats import median_ci
 
     rng = np.random.default_rng(3)
     noise = shape()

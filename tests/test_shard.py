@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from hakbench import shard
-from hakbench.errors import UsageError
-from hakbench.matrix import expand_coords, load_matrix, reference_index
+from hakbench.core.errors import UsageError
+from hakbench.experiments import shard
+from hakbench.experiments.matrix import expand_coords, load_matrix
+from hakbench.tables.matrix_summary import reference_index
 
 SMALL = """
 name = "small"

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hakbench import paths, soak, soakstats
 from hakbench.cli import main
+from hakbench.core import paths
+from hakbench.experiments import soak
 from hakbench.report.soak import cv_noise_note, verdict_lines
+from hakbench.stats import soakstats
 
 BENCH_SOAK = paths.bench_binary(soak.SOAK_PROGRAM)
 needs_bench_soak = pytest.mark.skipif(

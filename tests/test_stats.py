@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from hakbench import stats as st
+from hakbench.stats import stats as st
 
 
 def paired_runs(n, effect, seed, noise=0.01):
@@ -131,7 +131,7 @@ def _runs(n, bad=(), status="failed", error="killed by signal 6 (SIGABRT)"):
 
 
 def test_a_side_that_fails_makes_the_verdict_failed_whatever_the_survivors_say():
-    from hakbench.stats import FAILED, failures
+    from hakbench.stats.stats import FAILED, failures
 
     clean = failures(_runs(30), _runs(30))
     assert clean.verdict is None and clean.note == ""

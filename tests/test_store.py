@@ -6,8 +6,8 @@ import sys
 
 import pyperf
 
-from hakbench.pyperf_export import export_ab
-from hakbench.store import RunStore, load_samples, tidy
+from hakbench.engine.pyperf_export import export_ab
+from hakbench.engine.store import RunStore, load_samples, tidy
 
 
 def sample(side, pair, tp, status="ok", workload="w", rss=4000):

@@ -7,18 +7,19 @@ from pathlib import Path
 
 import click
 
-from hakbench import ab as engine
-from hakbench import interrupts
-from hakbench.errors import (
+from hakbench.core.errors import (
     EXIT_GATE,
     EXIT_INCONCLUSIVE,
     MeasurementError,
     UsageError,
 )
-from hakbench.profiles import parse_sets
+from hakbench.core.profiles import parse_sets
+from hakbench.engine import interrupts
+from hakbench.engine.store import default_run_dir
+from hakbench.experiments import ab as engine
+from hakbench.experiments import ab_spec
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
-from hakbench.stats import FAILED, INCONCLUSIVE, NO_GO
-from hakbench.store import default_run_dir
+from hakbench.stats.stats import FAILED, INCONCLUSIVE, NO_GO
 
 RSS = ("maxrss_kb", "rss_end_kb")  # the memory guardrails beside each verdict
 
@@ -31,7 +32,7 @@ def _print_table(header, rows) -> None:
 
 @click.command("ab")
 @click.option(
-    "--profile", "-p", default=engine.DEFAULT_PROFILE, show_default=True, help="side B's profile"
+    "--profile", "-p", default=ab_spec.DEFAULT_PROFILE, show_default=True, help="side B's profile"
 )
 @click.option("--baseline", help="side A's profile [default: --profile without the --set]")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="applied to B")
@@ -44,7 +45,7 @@ def _print_table(header, rows) -> None:
     "-w",
     "workloads",
     multiple=True,
-    help=f"repeatable [default: {', '.join(engine.DEFAULT_WORKLOADS)}]",
+    help=f"repeatable [default: {', '.join(ab_spec.DEFAULT_WORKLOADS)}]",
 )
 @click.option(
     "--runs",
@@ -57,7 +58,7 @@ def _print_table(header, rows) -> None:
     "--max-time",
     type=click.FloatRange(min=0, min_open=True),
     help="sequential: seconds for the call's pairs (warm-ups included); workloads still "
-    f"undecided then end INCONCLUSIVE [default: {engine.DEFAULT_MAX_TIME_S:g}]",
+    f"undecided then end INCONCLUSIVE [default: {ab_spec.DEFAULT_MAX_TIME_S:g}]",
 )
 @click.option(
     "--iters",
@@ -67,7 +68,7 @@ def _print_table(header, rows) -> None:
 )
 @click.option(
     "--warmup",
-    default=engine.DEFAULT_WARMUP_PAIRS,
+    default=ab_spec.DEFAULT_WARMUP_PAIRS,
     show_default=True,
     type=click.IntRange(0, 1000),
     help="discarded warm-up pairs",
@@ -96,14 +97,14 @@ def _print_table(header, rows) -> None:
 @click.option(
     "--perf",
     "perf_mode",
-    type=click.Choice(engine.PERF_MODES),
+    type=click.Choice(ab_spec.PERF_MODES),
     help="observe: pairs run without perf, counters from --perf-runs extra runs per side; "
     "each: every process under perf stat; off: no perf "
-    f"[default: {engine.DEFAULT_PERF_MODE}; each for --metric task-clock]",
+    f"[default: {ab_spec.DEFAULT_PERF_MODE}; each for --metric task-clock]",
 )
 @click.option(
     "--perf-runs",
-    default=engine.DEFAULT_PERF_RUNS,
+    default=ab_spec.DEFAULT_PERF_RUNS,
     show_default=True,
     type=click.IntRange(0, 1000),
     help="perf-wrapped runs per side for --perf observe",
@@ -167,7 +168,7 @@ def ab_cmd(
             where,
             max_time_s=None
             if resume
-            else (engine.DEFAULT_MAX_TIME_S if max_time is None else max_time),
+            else (ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time),
         )
         _measure_and_print(spec, where, fail_on, resume=bool(resume), continued=bool(continue_dir))
         return
@@ -175,8 +176,8 @@ def ab_cmd(
         raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
     metric = "task_clock_ms" if metric == "task-clock" else metric
     if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
-        perf_mode = "each" if metric == "task_clock_ms" else engine.DEFAULT_PERF_MODE
-    spec = engine.ABSpec(
+        perf_mode = "each" if metric == "task_clock_ms" else ab_spec.DEFAULT_PERF_MODE
+    spec = ab_spec.ABSpec(
         profile=profile,
         baseline=baseline,
         sets=parse_sets(sets),
@@ -184,9 +185,9 @@ def ab_cmd(
         baseline_allocator=baseline_allocator,
         variant=variant,
         baseline_variant=baseline_variant,
-        workloads=tuple(workloads) or engine.DEFAULT_WORKLOADS,
+        workloads=tuple(workloads) or ab_spec.DEFAULT_WORKLOADS,
         pairs=runs,
-        max_time_s=engine.DEFAULT_MAX_TIME_S if max_time is None else max_time,
+        max_time_s=ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time,
         iters=iters,
         warmup_pairs=warmup,
         threshold_pct=threshold,

@@ -7,18 +7,14 @@ from pathlib import Path
 
 import click
 
-from hakbench import calibrate as cal
-from hakbench import calibrate_sequential as calseq
-from hakbench import engine, interrupts, runlength
-from hakbench import stats as st
-from hakbench.ab import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
-from hakbench.cell import make_cell
-from hakbench.errors import UsageError
-from hakbench.load import LoadMonitor
-from hakbench.load import describe as describe_load
-from hakbench.meta import collect_meta
-from hakbench.progress import Progress
-from hakbench.store import (
+from hakbench.core.cell import make_cell
+from hakbench.core.errors import UsageError
+from hakbench.engine import engine, interrupts
+from hakbench.engine.load import LoadMonitor
+from hakbench.engine.load import describe as describe_load
+from hakbench.engine.meta import collect_meta
+from hakbench.engine.progress import Progress
+from hakbench.engine.store import (
     append_jsonl,
     default_run_dir,
     read_json,
@@ -26,6 +22,11 @@ from hakbench.store import (
     write_json,
     write_text,
 )
+from hakbench.experiments import calibrate as cal
+from hakbench.experiments import calibrate_sequential as calseq
+from hakbench.experiments import runlength
+from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_WARMUP_PAIRS, ABSpec
+from hakbench.stats import stats as st
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work/--extra-ops
 
@@ -263,8 +264,8 @@ def _calibrate(cell, out: Path, meta: dict, p: dict, *, resume: bool) -> None:
 
 
 def _run_length(workloads, allocator, profile, pairs, warmup, threshold, seed, out, fractions):
-    from hakbench.gate import load_gate
-    from hakbench.profiles import resolve_workload
+    from hakbench.core.profiles import resolve_workload
+    from hakbench.experiments.gate import load_gate
 
     names = workloads or load_gate().workloads
     wls = [resolve_workload(w) for w in names]

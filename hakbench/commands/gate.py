@@ -1,5 +1,5 @@
 """``hakbench gate``: CI's instruction-count and page-fault regression gate (see
-hakbench.gate)."""
+hakbench.experiments.gate)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 import click
 
-from hakbench import engine, interrupts, paths
-from hakbench import gate as g
-from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
-from hakbench.meta import collect_meta, git_state
-from hakbench.progress import Progress
-from hakbench.store import append_jsonl, default_run_dir, write_json
+from hakbench.core import paths
+from hakbench.core.errors import EXIT_GATE, MeasurementError, UsageError
+from hakbench.engine import engine, interrupts
+from hakbench.engine.meta import collect_meta, git_state
+from hakbench.engine.progress import Progress
+from hakbench.engine.store import append_jsonl, default_run_dir, write_json
+from hakbench.experiments import gate as g
 
 
 @click.command("gate")

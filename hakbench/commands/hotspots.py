@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from hakbench import hotspots
-from hakbench.cell import make_cell
 from hakbench.collect.harness import parse_harness_output
-from hakbench.errors import MeasurementError, UsageError
-from hakbench.meta import cell_meta
-from hakbench.store import default_run_dir, write_json
+from hakbench.core.cell import make_cell
+from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine.meta import cell_meta
+from hakbench.engine.store import default_run_dir, write_json
+from hakbench.experiments import hotspots
 
 
 def scaled_args(workload, scale: int) -> tuple[str, ...]:

@@ -7,17 +7,19 @@ from pathlib import Path
 
 import click
 
-from hakbench import interrupts, matrix
-from hakbench.errors import MeasurementError, UsageError
-from hakbench.load import describe as describe_load
-from hakbench.meta import command_line
-from hakbench.progress import progress_reporter
+from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine import interrupts
+from hakbench.engine.load import describe as describe_load
+from hakbench.engine.meta import command_line
+from hakbench.engine.progress import progress_reporter
+from hakbench.engine.store import default_run_dir, read_json
+from hakbench.experiments import matrix
+from hakbench.experiments.shard import parse_shard
 from hakbench.report.apps import write_apps_report
-from hakbench.shard import parse_shard
-from hakbench.store import default_run_dir, read_json
+from hakbench.tables import matrix_summary
 
 
-def print_summaries(summaries: list[matrix.CellSummary]) -> None:
+def print_summaries(summaries: list[matrix_summary.CellSummary]) -> None:
     """One line per cell: median, CI, n and the ratio to the reference cell."""
     width = max((len(s.label) for s in summaries), default=10)
     heading = None
@@ -28,7 +30,7 @@ def print_summaries(summaries: list[matrix.CellSummary]) -> None:
         if s.median is None:
             click.echo(f"  {s.label:<{width}}  {s.status}" + (f": {s.reason}" if s.reason else ""))
             continue
-        digits = matrix.metric_digits(s.metric)
+        digits = matrix_summary.metric_digits(s.metric)
         ratio = ""
         if s.ratio is not None:
             ratio = f"  x{s.ratio:.3f} [{s.ratio_ci_low:.3f}, {s.ratio_ci_high:.3f}]"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from hakbench import matrix, shard
 from hakbench.commands.matrix import print_summaries
+from hakbench.experiments import matrix, shard
 
 
 @click.command("merge")

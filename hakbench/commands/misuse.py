@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from hakbench import misuse
-from hakbench.errors import EXIT_INTERRUPTED, MeasurementError
-from hakbench.meta import collect_meta, command_line
-from hakbench.misuse_model import counts, row_of
-from hakbench.progress import Progress
+from hakbench.core.errors import EXIT_INTERRUPTED, MeasurementError
+from hakbench.engine.meta import collect_meta, command_line
+from hakbench.engine.progress import Progress
+from hakbench.engine.store import default_run_dir
+from hakbench.experiments import misuse
 from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
-from hakbench.store import default_run_dir
+from hakbench.tables.misuse_model import counts, row_of
 
 
 @click.command("misuse")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from hakbench import paths
-from hakbench.errors import UsageError
-from hakbench.profiles import load_options, load_profiles, resolve_profile, validate_env
+from hakbench.core import paths
+from hakbench.core.errors import UsageError
+from hakbench.core.profiles import load_options, load_profiles, resolve_profile, validate_env
 
 
 def _validation_note(env: dict) -> str:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from hakbench import interrupts
-from hakbench.ab import DEFAULT_PERF_RUNS, DEFAULT_PROFILE, PERF_MODES
-from hakbench.cell import make_cell
-from hakbench.errors import MeasurementError, UsageError
-from hakbench.metrics import METRICS
-from hakbench.single import run_cell
-from hakbench.store import default_run_dir
+from hakbench.core.cell import make_cell
+from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.core.metrics import METRICS
+from hakbench.engine import interrupts
+from hakbench.engine.store import default_run_dir
+from hakbench.experiments.ab_spec import DEFAULT_PERF_RUNS, DEFAULT_PROFILE, PERF_MODES
+from hakbench.experiments.single import run_cell
 
 
 def _fmt(v: float) -> str:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import click
 
-from hakbench import interrupts, paths, scorecard
-from hakbench.errors import EXIT_GATE, UsageError
-from hakbench.meta import command_line
-from hakbench.progress import Progress, progress_reporter
+from hakbench.core import paths
+from hakbench.core.errors import EXIT_GATE, UsageError
+from hakbench.engine import interrupts
+from hakbench.engine.meta import command_line
+from hakbench.engine.progress import Progress, progress_reporter
+from hakbench.experiments import scorecard
 
 
 @click.command("scorecard")

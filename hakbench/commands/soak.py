@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from hakbench import engine, interrupts, soak
-from hakbench.errors import EXIT_GATE, MeasurementError, UsageError
-from hakbench.meta import command_line
-from hakbench.progress import Progress
+from hakbench.core.errors import EXIT_GATE, MeasurementError, UsageError
+from hakbench.engine import engine, interrupts
+from hakbench.engine.meta import command_line
+from hakbench.engine.progress import Progress
+from hakbench.experiments import soak
 from hakbench.report.soak import verdict_lines
 
 

@@ -11,7 +11,7 @@ Time: a command workload's own time metric (wall_s, cpu_s, app_time_s) as is; a 
 (harness throughput, app_rate) is turned into time as reference/cell. Every ratio is the
 median of the ratios of adjacent pairs (each cell runs back to back with its reference; a
 stored run of plan 1 is paired by round), with a distribution-free 95 % CI
-(hakbench.matrix.summarize).
+(hakbench.tables.matrix_summary.summarize).
 Memory: ``maxrss_kb`` the same way (for a command workload wait4's ru_maxrss through
 hakrun, for a harness program its own VmHWM).
 """
@@ -24,9 +24,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from hakbench.load import describe as describe_load
-from hakbench.matrix import CellSummary, summarize
-from hakbench.metrics import METRICS
+from hakbench.core.metrics import METRICS
+from hakbench.engine.load import describe as describe_load
+from hakbench.tables.matrix_summary import CellSummary, summarize
 
 REPORT_GROUPS = {"apps", "stress"}
 FAILURE_WORDS = {
@@ -258,7 +258,7 @@ def plot_ratios(rows: list[Row], attr: str, title: str, path: Path) -> Path:
 def write_apps_report(out_dir: Path) -> Path | None:
     """apps.md and its two charts in a matrix run directory; None when it has no command
     or apps/stress workload."""
-    from hakbench.store import load_samples
+    from hakbench.engine.store import load_samples
 
     meta = json.loads((out_dir / "meta.json").read_text())
     if not wants_report(meta["cells"]):

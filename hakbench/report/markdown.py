@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hakbench.calibrate import calibration_line
-from hakbench.instructions import BLIND_SPOTS
-from hakbench.load import describe as describe_load
-from hakbench.metrics import METRICS, PERF_SOURCED
-from hakbench.sequential import RULE as SEQ_RULE
-from hakbench.stats import ALPHA, INCONCLUSIVE, RULE
+from hakbench.core.metrics import METRICS, PERF_SOURCED
+from hakbench.engine.instructions import BLIND_SPOTS
+from hakbench.engine.load import describe as describe_load
+from hakbench.stats.sequential import RULE as SEQ_RULE
+from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (
@@ -36,7 +35,7 @@ TABLE_METRICS = (
     "ir_per_op",
 )
 
-# Why ab's measured pairs run without perf by default (hakbench.ab's PERF_MODES).
+# Why ab's measured pairs run without perf by default (hakbench.experiments.ab's PERF_MODES).
 PERF_MODE_WHY = (
     "Measured pairs run without perf by default because on this VM wrapping every sample in "
     "`perf stat` roughly doubled the width of the throughput CI (4.9-7.5 % against 1.7-4.3 % "
@@ -184,7 +183,7 @@ def perf_counter_lines(result, workload: str) -> list[str]:
     return out + _table(["metric", "unit", "A median", "B median", "B/A"], table) + [""]
 
 
-def write_ab_report(result, samples: list[dict], path: Path) -> Path:
+def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str = "") -> Path:
     spec = result.spec
     lines = [f"# A/B: {spec.describe()}", ""]
     if spec.is_aa:
@@ -196,8 +195,8 @@ def write_ab_report(result, samples: list[dict], path: Path) -> Path:
         ]
     if result.noise_warning:
         lines += [f"**Noise floor**: {result.noise_warning}.", ""]
-    if spec.metric == "throughput" and not spec.sequential:  # a fixed count's noise check
-        lines += [calibration_line(), ""]
+    if calibration:  # a fixed count's noise check: which calibration it used (ab)
+        lines += [calibration, ""]
     if result.interrupted:
         by = f" by {result.stopped_by}" if getattr(result, "stopped_by", "") else ""
         lines += [

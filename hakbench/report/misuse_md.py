@@ -2,12 +2,12 @@
 of caught patterns per allocator, what glibc catches that another allocator does not, and
 the tidy table. ``misuse.md`` of a run directory (``run_markdown``) and the "Heap misuse"
 section of the scorecard (``scorecard_section``) are both drawn from rows alone
-(``hakbench.misuse_model``), so regenerating gives the same bytes.
+(``hakbench.tables.misuse_model``), so regenerating gives the same bytes.
 """
 
 from __future__ import annotations
 
-from hakbench.misuse_model import (
+from hakbench.tables.misuse_model import (
     STOPPING_EFFECTS,
     counts,
     labels_of,

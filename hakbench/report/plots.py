@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hakbench.schedule import complete_pairs
-from hakbench.stats import median_ci, paired_ratios
+from hakbench.engine.schedule import complete_pairs
+from hakbench.stats.stats import median_ci, paired_ratios
 
 
 def plot_paired_ratios(

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import shlex
 
-from hakbench.matrix import CellSummary
-from hakbench.scorecard_model import MILESTONES, Scorecard, geomean, history_ratios, milestone_of
+from hakbench.tables.matrix_summary import CellSummary
+from hakbench.tables.scorecard_model import (
+    MILESTONES,
+    Scorecard,
+    geomean,
+    history_ratios,
+    milestone_of,
+)
 
 DASH = "—"
 

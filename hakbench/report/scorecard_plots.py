@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import PIL  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from hakbench.scorecard_model import MILESTONES, Scorecard, geomean, history_ratios  # noqa: E402
+from hakbench.tables.scorecard_model import MILESTONES, Scorecard, geomean, history_ratios  # noqa: E402
 
 DPI = 100
 STYLE = [

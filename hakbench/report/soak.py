@@ -1,7 +1,7 @@
 """The soak report: ``report.md`` (figures, verdicts, syscall budget, provenance) and
 ``soak.png`` (RSS and ops/s over time, one line per allocator/profile, two panels).
 
-Made from the summary (``hakbench.soak.write_results``) and the epoch rows; says what is
+Made from the summary (``hakbench.experiments.soak.write_results``) and the epoch rows; says what is
 uncertain: an incomplete run, a CV that machine noise explains, a syscall count whose short
 pass includes start-up.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from hakbench.load import describe as describe_load
+from hakbench.engine.load import describe as describe_load
 
 PLOT_NAME = "soak.png"
 

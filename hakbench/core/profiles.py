@@ -1,0 +1,283 @@
+"""Profiles (named HAKMEM_* env sets with ``extends``) and workloads, from profiles/*.toml.
+
+A profile file: ``name``, optional ``extends`` (another profile's name), ``description`` and
+an ``[env]`` table. ``profiles/workloads.toml``: one table per workload. A harness workload
+has ``program``, ``args``, ``description``, optional ``threads`` and ``iters_flag`` (the
+argument that sets the iteration count, zeroed for a start-up-only run); a command workload
+(``kind = "command"``, a real program) is described in hakbench.core.commandspec. Any workload
+may list ``groups``; ``-w @NAME`` stands for every workload in group NAME (``expand_workloads``).
+Names match case-insensitively.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hakbench.core import paths
+from hakbench.core.commandspec import CommandSpec, parse_command
+from hakbench.core.errors import UsageError
+
+HARNESS_KEYS = {"kind", "program", "args", "description", "threads", "iters_flag", "groups"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    extends: str | None
+    env: dict
+    path: Path
+
+
+@dataclass(frozen=True)
+class ResolvedProfile:
+    name: str
+    chain: tuple[str, ...]  # root ancestor first, this profile last
+    env: dict  # merged: later profiles override earlier ones
+    sources: dict  # env key -> name of the profile that set it
+    description: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    program: str
+    args: tuple[str, ...]
+    description: str
+    threads: int = 1
+    iters_flag: str | None = None
+    groups: tuple[str, ...] = ()
+    command: CommandSpec | None = None  # a command workload (a real program), else harness
+
+    @property
+    def primary_metric(self) -> str:
+        """What judges this workload: the harness's throughput, or the command's time/rate."""
+        return self.command.metric if self.command else "throughput"
+
+    def zero_args(self) -> tuple[str, ...]:
+        """The same arguments with the iteration count set to 0 (start-up cost only)."""
+        if not self.iters_flag or self.iters_flag not in self.args:
+            raise UsageError(f"workload '{self.name}' has no iters_flag to zero")
+        a = list(self.args)
+        a[a.index(self.iters_flag) + 1] = "0"
+        return tuple(a)
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    m = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.0)
+    return m[0] if m else None
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: malformed TOML: {e}") from None
+
+
+def load_profiles(directory: Path | None = None) -> dict[str, Profile]:
+    """Every ``*.toml`` in ``directory`` except workloads.toml, keyed by upper-case name."""
+    directory = directory or paths.profiles_dir()
+    out: dict[str, Profile] = {}
+    for path in sorted(directory.glob("*.toml")):
+        if path.name == "workloads.toml":
+            continue
+        data = _load_toml(path)
+        name = str(data.get("name") or path.stem).upper()
+        env = data.get("env", {})
+        if not isinstance(env, dict):
+            raise UsageError(f"{path}: [env] must be a table")
+        if name in out:
+            raise UsageError(f"{path}: profile {name} already defined in {out[name].path}")
+        ext = data.get("extends")
+        out[name] = Profile(
+            name,
+            str(data.get("description", "")),
+            str(ext).upper() if ext else None,
+            {str(k): _env_value(v) for k, v in env.items()},
+            path,
+        )
+    return out
+
+
+def _env_value(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+def resolve_profile(name: str, profiles: Mapping[str, Profile] | None = None) -> ResolvedProfile:
+    """Merge the ``extends`` chain; unknown names and cycles raise UsageError."""
+    profiles = profiles if profiles is not None else load_profiles()
+    key = name.upper()
+    chain: list[str] = []
+    while key is not None:
+        if key not in profiles:
+            known = ", ".join(sorted(profiles))
+            where = f" (extended by {chain[-1]})" if chain else ""
+            raise UsageError(f"unknown profile '{key}'{where}; known: {known}")
+        if key in chain:
+            raise UsageError("profile extends cycle: " + " -> ".join([*chain, key]))
+        chain.append(key)
+        key = profiles[key].extends
+    chain.reverse()
+    env: dict = {}
+    sources: dict = {}
+    for p in chain:
+        for k, v in profiles[p].env.items():
+            env[k] = v
+            sources[k] = p
+    return ResolvedProfile(chain[-1], tuple(chain), env, sources, profiles[chain[-1]].description)
+
+
+def parse_sets(sets: Iterable[str]) -> dict:
+    """``--set KEY=VALUE`` items -> dict; a malformed item raises UsageError."""
+    out = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got '{item}'")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _groups(w: dict, where: str) -> tuple[str, ...]:
+    groups = w.get("groups", [])
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        raise UsageError(f"{where}: groups must be a list of names")
+    return tuple(g.lower() for g in groups)
+
+
+def parse_workload(name: str, w, where: str) -> Workload:
+    """One table of workloads.toml -> Workload; unknown keys and bad values raise UsageError."""
+    if not isinstance(w, dict):
+        raise UsageError(f"{where}: workload '{name}' must be a table")
+    where = f"{where}: workload '{name}'"
+    kind = w.get("kind", "harness")
+    groups = _groups(w, where)
+    threads = w.get("threads", 1)
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise UsageError(f"{where}: threads must be a positive integer")
+    if kind == "command":
+        cmd = parse_command(w, where)
+        return Workload(
+            name.lower(),
+            cmd.argv[0] if cmd.server is None else cmd.server[0],
+            cmd.argv,
+            str(w.get("description", "")),
+            threads,
+            None,
+            groups,
+            cmd,
+        )
+    if kind != "harness":
+        raise UsageError(f"{where}: kind must be harness or command, got {kind!r}")
+    unknown = sorted(set(w) - HARNESS_KEYS)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(HARNESS_KEYS)}"
+        )
+    if "program" not in w:
+        raise UsageError(f"{where} needs a program")
+    return Workload(
+        name.lower(),
+        str(w["program"]),
+        tuple(str(a) for a in w.get("args", [])),
+        str(w.get("description", "")),
+        threads,
+        w.get("iters_flag"),
+        groups,
+    )
+
+
+def load_workloads(path: Path | None = None) -> dict[str, Workload]:
+    path = path or paths.profiles_dir() / "workloads.toml"
+    return {
+        name.lower(): parse_workload(name, w, str(path)) for name, w in _load_toml(path).items()
+    }
+
+
+def workload_groups(workloads: Mapping[str, Workload]) -> dict[str, list[str]]:
+    """group -> its workloads' names, in file order."""
+    out: dict[str, list[str]] = {}
+    for w in workloads.values():
+        for g in w.groups:
+            out.setdefault(g, []).append(w.name)
+    return out
+
+
+def expand_workloads(
+    names: Iterable[str], workloads: Mapping[str, Workload] | None = None
+) -> list[str]:
+    """``-w`` values -> workload names: ``@GROUP`` expands to its members (file order),
+    duplicates are dropped; an unknown group or workload raises UsageError."""
+    workloads = workloads if workloads is not None else load_workloads()
+    groups = workload_groups(workloads)
+    out: list[str] = []
+    for name in names:
+        if name.startswith("@"):
+            group = name[1:].lower()
+            if group not in groups:
+                known = ", ".join(f"@{g}" for g in sorted(groups)) or "none"
+                if group == "misuse":  # probes that die on purpose: no sample to judge
+                    raise UsageError(
+                        "the heap-misuse probes are no workloads (a probe that dies is a "
+                        f"result, not a failed sample): run `hakbench misuse`; groups: {known}"
+                    )
+                raise UsageError(f"unknown workload group '{name}'; known groups: {known}")
+            members = groups[group]
+        else:
+            members = [resolve_workload(name, workloads).name]
+        out += [m for m in members if m not in out]
+    return out
+
+
+def resolve_workload(name: str, workloads: Mapping[str, Workload] | None = None) -> Workload:
+    workloads = workloads if workloads is not None else load_workloads()
+    key = name.lower()
+    if key.startswith("@"):
+        raise UsageError(f"'{name}' is a group: this takes one workload")
+    if key not in workloads:
+        raise UsageError(f"unknown workload '{name}'; known: {', '.join(sorted(workloads))}")
+    return workloads[key]
+
+
+def load_options(binary: Path | None = None) -> tuple[dict, ...]:
+    """The allocator's options table from ``build/bin/hakmem-options --json``."""
+    binary = (binary or paths.options_binary()).resolve()
+    if not binary.exists():
+        raise UsageError(f"{binary} not built; run `make build`")
+    return _options_of(binary, binary.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _options_of(binary: Path, _mtime_ns: int) -> tuple[dict, ...]:
+    r = subprocess.run([str(binary), "--json"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise UsageError(f"{binary} --json failed: {r.stderr.strip()[:200]}")
+    return tuple(json.loads(r.stdout))
+
+
+def validate_env(env: Mapping[str, str], options: Iterable[dict], where: str = "") -> None:
+    """Every ``HAKMEM_*`` key must be a row of the options table, and enum values allowed."""
+    table = {o["name"]: o for o in options}
+    for key, value in env.items():
+        if not key.startswith("HAKMEM_") or key.startswith("HAKMEM_BENCH_"):
+            continue
+        loc = f" in {where}" if where else ""
+        if key not in table:
+            hint = closest(key, table)
+            raise UsageError(
+                f"unknown option {key}{loc}" + (f"; did you mean {hint}?" if hint else "")
+            )
+        allowed = table[key].get("values")
+        if allowed and str(value).upper() not in {str(a).upper() for a in allowed}:
+            raise UsageError(f"{key}={value}{loc}: allowed values are {', '.join(allowed)}")

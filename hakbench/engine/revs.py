@@ -1,0 +1,118 @@
+"""Build libhakmem and the harness as they were at a git revision, for commit-vs-commit A/B.
+
+The revision is checked out into a temporary detached worktree (the caller's working tree
+and index are never touched), built there with ``make build BUILD=<repo>/build/rev-<sha>``,
+and the worktree is removed. A stamp file marks a finished build, so the same SHA is built
+once and reused; a failed build leaves no stamp (its log stays) and is retried next time.
+Concurrent callers serialise on a lock of the ``build/`` directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hakbench.core import paths
+from hakbench.core.errors import MeasurementError, UsageError
+
+STAMP = ".rev-build-stamp"
+LOG = "rev-build.log"
+
+
+@dataclass(frozen=True)
+class RevBuild:
+    sha: str  # full 40-hex commit
+    build_dir: Path  # what Cell.build / paths.bench_binary(build=...) take
+
+    @property
+    def short(self) -> str:
+        return self.sha[:12]
+
+
+def _git(args: list[str], root: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def resolve_rev(rev: str, root: Path | None = None) -> str:
+    """The full commit SHA that ``rev`` names (branch, tag, short SHA, ``HEAD~2``...)."""
+    root = root or paths.repo_root()
+    r = _git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], root)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise UsageError(f"unknown git revision '{rev}' in {root}")
+    return r.stdout.strip()
+
+
+def rev_build_dir(sha: str, root: Path | None = None) -> Path:
+    return (root or paths.repo_root()) / "build" / f"rev-{sha}"
+
+
+def is_built(build_dir: Path) -> bool:
+    return (build_dir / STAMP).is_file()
+
+
+def build_at_rev(rev: str, *, root: Path | None = None, jobs: int | None = None) -> RevBuild:
+    """Build (or reuse) the allocator and harness at ``rev``; raise MeasurementError on failure.
+
+    The build log is kept in ``<build_dir>/rev-build.log``; a cached build writes nothing.
+    """
+    root = root or paths.repo_root()
+    sha = resolve_rev(rev, root)
+    build_dir = rev_build_dir(sha, root)
+    if is_built(build_dir):
+        return RevBuild(sha, build_dir)
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(build_dir.parent, os.O_RDONLY)  # one rev build at a time per build/
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_built(build_dir):  # another process may have built it while we waited
+            _build(sha, build_dir, root, jobs or os.cpu_count() or 1)
+    finally:
+        os.close(lock)
+    return RevBuild(sha, build_dir)
+
+
+def _own_make_env() -> dict:
+    """The caller's environment minus an enclosing make's flags (``make test`` runs pytest):
+    its jobserver descriptors are not inherited, and its variables are not ours."""
+    drop = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "BUILD")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def _build(sha: str, build_dir: Path, root: Path, jobs: int) -> None:
+    if build_dir.exists():  # leftovers of a failed or interrupted build
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True)
+    log_path = build_dir / LOG
+    worktree = Path(tempfile.mkdtemp(prefix=f"hakbench-rev-{sha[:12]}-"))
+    try:
+        r = _git(["worktree", "add", "--detach", str(worktree), sha], root)
+        if r.returncode != 0:
+            raise MeasurementError(f"git worktree add {sha[:12]} failed: {r.stderr.strip()}")
+        with open(log_path, "w") as log:
+            log.write(f"# make build at {sha} in {worktree}\n")
+            log.flush()
+            made = subprocess.run(
+                ["make", "-C", str(worktree), f"-j{jobs}", "build", f"BUILD={build_dir}"],
+                env=_own_make_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=1800,
+            )
+        if made.returncode != 0:
+            tail = log_path.read_text().strip().splitlines()[-5:]
+            raise MeasurementError(
+                f"build at {sha[:12]} failed (exit {made.returncode}); log {log_path}: "
+                + " | ".join(tail)
+            )
+        (build_dir / STAMP).write_text(sha + "\n")
+    finally:
+        _git(["worktree", "remove", "--force", str(worktree)], root)
+        shutil.rmtree(worktree, ignore_errors=True)
+        _git(["worktree", "prune"], root)

@@ -1,0 +1,140 @@
+"""What an A/B is asked (``ABSpec``, with the defaults of a bare ``hakbench ab``) and what it
+answers (``ABResult``). ``hakbench.experiments.ab`` runs a spec into a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hakbench.stats import stats as st
+
+# Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
+# while the 2-core VM ran a load of 7), so 100 pairs + 3 warm-up pairs (206 processes) take
+# ~12-30 s. More pairs narrow the median's CI as 1/sqrt(n); 30 pairs detected 2 % in 11/15
+# trials on a quiet VM (docs/measuring.md); 100 still fit in ~30 s
+# under load, where the CI is 2-4 times wider.
+DEFAULT_WORKLOADS = ("mixed",)
+DEFAULT_PAIRS = 100  # the fixed count of `--runs` when given alone, and calibrate's
+# By default ab samples sequentially (hakbench.stats.sequential): pairs in rounds until each
+# workload's verdict is decisive, or until this budget (seconds per call, warm-ups
+# included) or the pair cap runs out: INCONCLUSIVE, with the pairs that would likely decide.
+DEFAULT_MAX_TIME_S = 60.0
+DEFAULT_MAX_PAIRS = 20000
+DEFAULT_WARMUP_PAIRS = 3
+DEFAULT_PROFILE = "C7_SAFE"
+# Metrics a timed A/B can be judged on. task-clock (the harness's CPU time) is the choice on
+# a loaded VM: at load 3.5-8.7 on 2 cores (2026-11-22, 100 pairs, 12 trials) its paired CI
+# was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
+# times against 1/4, because time spent waiting for a CPU is not in it.
+TIMED_METRICS = ("throughput", "task_clock_ms")
+# Why pairs run without perf by default: wrapping every sample in `perf stat` roughly doubled
+# the width of the throughput CI and halved power on this VM (same ~2 % A/B, load 2.6-3.6:
+# CI width 4.9-7.5 % with perf against 1.7-4.3 % without; detected 1/4 against 3/4; 12-20 s
+# against 7-10 s per trial). The counters still come from a few perf runs per side.
+PERF_MODES = ("observe", "each", "off")
+DEFAULT_PERF_MODE = "observe"
+DEFAULT_PERF_RUNS = 3
+
+
+@dataclass
+class ABSpec:
+    profile: str = DEFAULT_PROFILE
+    baseline: str | None = None
+    sets: dict = field(default_factory=dict)
+    allocator: str = "hakmem"
+    baseline_allocator: str | None = None
+    variant: str = "fast"
+    baseline_variant: str | None = None  # A's hakmem build variant [default: variant]
+    workloads: tuple = DEFAULT_WORKLOADS
+    pairs: int | None = None  # a fixed count; None: sequential, to a decision or the budget
+    max_time_s: float = DEFAULT_MAX_TIME_S  # sequential only
+    max_pairs: int = DEFAULT_MAX_PAIRS  # sequential only
+    iters: int | None = None  # iterations of every harness workload [default: run length]
+    warmup_pairs: int = DEFAULT_WARMUP_PAIRS
+    threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
+    seed: int | None = None  # None: a fresh one per call (engine.new_seed), recorded
+    metric: str = "throughput"  # a TIMED_METRICS name, or "instructions"
+    rev: str | None = None
+    baseline_rev: str | None = None
+    timeout: float = 120.0
+    perf: str = DEFAULT_PERF_MODE  # one of PERF_MODES
+    perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
+    observe: bool = True
+    name: str | None = None
+    # calibration only (`calibrate --sequential`): side B passes the harness's --extra-ops K,
+    # side A --extra-ops KA, a known injected slowdown
+    extra_ops: int | None = None
+    baseline_extra_ops: int = 0  # side A's K when extra_ops is set
+
+    @property
+    def sequential(self) -> bool:
+        return self.pairs is None and self.metric in TIMED_METRICS
+
+    @property
+    def is_aa(self) -> bool:
+        """Bare ``ab --profile P``: A is P itself, so A and B are the same cell."""
+        return (
+            self.baseline in (None, self.profile)
+            and not self.sets
+            and self.baseline_allocator in (None, self.allocator)
+            and self.baseline_variant in (None, self.variant)
+            and self.rev == self.baseline_rev
+            and not self.extra_ops
+        )
+
+    def describe(self) -> str:
+        def side(allocator, variant, profile, sets):
+            hakmem = allocator == "hakmem"
+            text = allocator + (f":{variant}" if hakmem and variant != "fast" else "")
+            text += f" {profile}" if hakmem else ""
+            return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
+
+        a = side(
+            self.baseline_allocator or self.allocator,
+            self.baseline_variant or self.variant,
+            self.baseline or self.profile,
+            {},
+        )
+        text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
+        if self.extra_ops is not None:
+            text += (
+                f" --extra-ops {self.extra_ops} against A's {self.baseline_extra_ops}"
+                " (a known injected cost)"
+            )
+        return f"A/A (no --baseline/--set): a noise check; {text}" if self.is_aa else text
+
+
+@dataclass
+class ABResult:
+    out: Path
+    spec: ABSpec
+    cells: dict  # workload -> (cell A, cell B)
+    comparisons: list  # stats.Comparison
+    roles: dict  # metric -> primary | guardrail | info
+    engagement: dict  # workload -> {"status": engaged|not-engaged|unknown|n/a, "detail": str}
+    failed: list  # failed samples
+    unavailable: list  # metric names no measured or perf run of this A/B had
+    interrupted: bool = False
+    shas: dict = field(default_factory=dict)
+    changed_libraries: list = field(default_factory=list)  # rebuilt while the A/B ran
+    perf_counters: list = field(default_factory=list)  # stats.Comparison, source "perf"
+    perf_note: str = ""  # why perf counter runs were not taken, when they were not
+    noise_warning: str | None = None  # threshold below this machine's calibrated noise floor
+    failures: dict = field(default_factory=dict)  # workload -> what failed ("" when nothing)
+    load: dict | None = None  # hakbench.engine.load: how busy the machine was while this measured
+    iterations: dict = field(default_factory=dict)  # workload -> "N iterations: why"
+    pairs_seconds: float = 0.0  # wall time from the first pair (warm-ups included) to the last
+    history: list = field(default_factory=list)  # resumes and continuations (meta.json)
+    stopped_by: str = ""  # the stop signal's description when interrupted
+
+    def role(self, c) -> str:
+        """primary | guardrail | info of a comparison: per (workload, metric) where a command
+        workload set its own (its primary is its time or rate), else per metric."""
+        return self.roles.get((c.workload, c.metric), self.roles.get(c.metric, "info"))
+
+    def primary(self) -> list:
+        return [c for c in self.comparisons if self.role(c) == "primary"]
+
+    def verdicts(self) -> dict:
+        return {c.workload: c.verdict for c in self.primary()}

@@ -1,0 +1,418 @@
+"""Sequential A/B judgement: a confidence sequence for the median paired ratio, so that an
+A/B may look at its data after every round and stop as soon as the data decide, without
+the false-verdict rate growing with the number of looks.
+
+Why a confidence sequence. A fixed-n test re-run after every batch of pairs is wrong more
+often the more often it looks (with 20 looks a 5 % test says "different" for an A/A far more
+than 5 % of the time). A confidence sequence is a sequence of intervals that contain the
+true value at *every* n at once with probability at least 1 - alpha, so the interval at a
+data-dependent stopping point is still a valid (1 - alpha) interval.
+
+Which one. Pairs are heavy-tailed on a shared VM (a pair that straddles a speed-mode switch
+is 30 % off), so, like the fixed-n rule, this one is about the median of the per-pair log
+ratios and uses only signs. For a candidate median m, S_n(m) = #{i <= n : x_i <= m} minus
+n/2 is a sum of independent +-1/2 steps when m is the true median (whatever the
+distribution of the x_i); such a sum is 1/2-sub-Gaussian, and Robbins' normal-mixture
+martingale for it,
+
+    M_n = sqrt(rho / (V_n + rho)) * exp(D_n^2 / (2 (V_n + rho))),   V_n = n/4,  D_n = S_n - n/2,
+
+is a nonnegative martingale with mean 1, so by Ville's inequality P(some n has
+M_n >= 1/alpha) <= alpha. Inverting M_n < 1/alpha gives, for every n at once,
+
+    |S_n(m) - n/2| < b_n = sqrt((V_n + rho) * log((V_n + rho) / (rho * alpha^2))),
+
+an interval between two order statistics of the data: a time-uniform version of the
+order-statistic CI of the median. ``1 / max M_n`` over the looks so far is an anytime-valid
+p-value for "no change" (m = 0); Holm's correction across workloads applies to it as to any
+p-value. ``rho`` sets the n at which the boundary is tightest (``rho_for``).
+
+Verdicts (in log-ratio units, delta = log(1 + threshold)):
+- GO / NO-GO: p_holm < alpha, the median is beyond the threshold, and the one-sided
+  interval below lies beyond half the threshold on that side. The p-value keeps an A/A from
+  being called GO or NO-GO (two-sided, alpha in all); the last condition keeps a real change
+  of at most half the threshold from it, whatever the number of looks (it would need the
+  bound on that side to miss the true value: probability <= alpha).
+- NEUTRAL: that interval lies within +-delta (equivalent within the threshold): the two
+  one-sided tests of an equivalence test (TOST), each at alpha.
+
+The one-sided interval is a second confidence sequence of the same kind, at
+``equivalence_alpha(alpha)`` and tightest at ``EQUIVALENCE_TIGHTEST_PAIRS``. Each claim it
+backs fails only when the bound on one side misses the true median at some look (a false
+NEUTRAL needs a true change of at least the threshold and the bound on its side below it);
+for the symmetric mixture that one-sided miss has probability at most alpha' / (2 - alpha')
+(the mixture's other half is at most 1 there), which ``equivalence_alpha`` sets to alpha. It
+is narrower than the two-sided sequence at alpha, which guards against a false GO/NO-GO in
+either direction, and it is tightest a little later: an A/A's NEUTRAL takes hundreds of pairs
+here.
+- INCONCLUSIVE: anything else; the data so far cannot tell. The estimate of how many more
+  pairs would decide comes from how the boundary narrows with n.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hakbench.stats.stats import ALPHA, DECISIVE, GO, INCONCLUSIVE, NEUTRAL, NO_GO, holm
+
+__all__ = ["DECISIVE", "INCONCLUSIVE"]
+
+RULE = (
+    "Sequential: pairs run in rounds (every running workload once a round, random order "
+    "within a pair); after each round, per running workload, a confidence sequence for the "
+    "median of log r (from the signs of the pairs; it holds at every look at once, so "
+    "looking after every round does not raise the error rate: hakbench.stats.sequential) and its "
+    "anytime-valid p, adjusted by Holm across the workloads of the call. A workload stops "
+    "GO when p_holm < {alpha}, the median improves on A by at least the threshold "
+    "({threshold:g} %) and the near bound of a one-sided sequence (each bound misses with "
+    "probability <= {alpha} / k, k the workloads of the call) lies beyond half the "
+    "threshold; NO-GO the same for a regression; NEUTRAL when both one-sided bounds lie "
+    "within +-threshold (equivalent: two one-sided tests at {alpha} / k each, so a false "
+    "NEUTRAL anywhere in the call has probability <= {alpha}). The verdict table and the "
+    "plot show these one-sided bounds, the interval that decides; summary.csv keeps the "
+    "two-sided sequence too (ci_low, ci_high). "
+    "A workload whose looks' intervals no longer overlap (the effect drifted: no single "
+    "change fits its pairs) stops INCONCLUSIVE at once, reason drift, with no promise of "
+    "the pairs that would decide. "
+    "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
+    "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
+    "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
+)
+DEFAULT_TIGHTEST_PAIRS = 100  # where the boundary is tightest: typical decisive n here
+# where the one-sided sequence is tightest: between a clear NO-GO (~100 pairs here) and an
+# A/A's NEUTRAL (hundreds)
+EQUIVALENCE_TIGHTEST_PAIRS = 300
+
+
+def equivalence_alpha(alpha: float = ALPHA) -> float:
+    """The level of the two-sided sequence whose one-sided miss is at most ``alpha``:
+    alpha' / (2 - alpha') = alpha."""
+    return 2 * alpha / (1 + alpha)
+
+
+def rho_for(n_opt: int = DEFAULT_TIGHTEST_PAIRS, alpha: float = ALPHA) -> float:
+    """The mixture parameter whose boundary, relative to sqrt(n), is smallest at ``n_opt``
+    (a one-dimensional search; the boundary is flat near its minimum)."""
+    v = n_opt / 4
+    best, best_rho = math.inf, v
+    for i in range(1, 400):
+        rho = v * i / 100
+        b = (v + rho) * math.log((v + rho) / (rho * alpha**2))
+        if b < best:
+            best, best_rho = b, rho
+    return best_rho
+
+
+@functools.lru_cache(maxsize=8)
+def _default_rho(alpha: float) -> float:
+    return rho_for(alpha=alpha)
+
+
+@functools.lru_cache(maxsize=8)
+def _equivalence_rho(alpha: float) -> float:
+    return rho_for(EQUIVALENCE_TIGHTEST_PAIRS, equivalence_alpha(alpha))
+
+
+def boundary(n: int, alpha: float = ALPHA, rho: float | None = None) -> float:
+    """b_n: |#{x_i <= median} - n/2| stays below this for all n, w.p. >= 1 - alpha."""
+    rho = rho if rho is not None else _default_rho(alpha)
+    v = n / 4
+    return math.sqrt((v + rho) * math.log((v + rho) / (rho * alpha**2)))
+
+
+def one_sided_boundary(n: int, alpha: float = ALPHA) -> float:
+    """b_n of the sequence whose bound on each side misses with probability <= alpha (the
+    one NEUTRAL and GO/NO-GO's half-threshold condition use)."""
+    return boundary(n, equivalence_alpha(alpha), _equivalence_rho(alpha))
+
+
+def one_sided_cs(x: Sequence[float], alpha: float = ALPHA) -> tuple:
+    """(low, high) of that sequence at n = len(x): each bound misses with probability <=
+    alpha."""
+    return median_cs(x, equivalence_alpha(alpha), _equivalence_rho(alpha))
+
+
+def median_cs(x: Sequence[float], alpha: float = ALPHA, rho: float | None = None) -> tuple:
+    """(low, high) of the confidence sequence for the median at n = len(x); +-inf where the
+    data are still too few to bound a side."""
+    import numpy as np
+
+    return _cs_of_sorted(np.sort(np.asarray(x, dtype=float)), alpha, rho)
+
+
+def _cs_of_sorted(xs, alpha: float, rho: float | None) -> tuple:
+    n = len(xs)
+    if n == 0:
+        return (-math.inf, math.inf)
+    b = boundary(n, alpha, rho)
+    k1 = math.ceil(n / 2 - b)  # S(m) >= n/2 - b  <=>  m >= x_(k1)
+    k2 = math.floor(n / 2 + b) + 1  # S(m) <= n/2 + b  <=>  m < x_(k2)
+    lo = float(xs[k1 - 1]) if k1 >= 1 else -math.inf
+    hi = float(xs[k2 - 1]) if k2 <= n else math.inf
+    return (lo, hi)
+
+
+def mixture_evidence(x: Sequence[float], rho: float | None = None, alpha: float = ALPHA) -> float:
+    """M_n at m = 0 ("no change"): large when the signs of the log ratios are lopsided."""
+    import numpy as np
+
+    xs = np.sort(np.asarray(x, dtype=float))
+    return _evidence_of_sorted(xs, rho if rho is not None else _default_rho(alpha))
+
+
+def _evidence_of_sorted(xs, rho: float) -> float:
+    import numpy as np
+
+    n = len(xs)
+    if n == 0:
+        return 1.0
+    below = np.searchsorted(xs, 0.0, "left")
+    below += 0.5 * (np.searchsorted(xs, 0.0, "right") - below)
+    d = below - n / 2
+    v = n / 4
+    exponent = d * d / (2 * (v + rho))
+    return math.sqrt(rho / (v + rho)) * math.exp(min(exponent, 700.0))
+
+
+@dataclass
+class Look:
+    """What the data of one workload say after one look (log-ratio units)."""
+
+    n: int
+    estimate: float  # median log ratio
+    low: float  # the confidence sequence at this look
+    high: float
+    p_anytime: float  # 1 / max M over the looks so far
+    # the one-sided sequence at this look (NEUTRAL's and the half-threshold bound's); None:
+    # the same as (low, high), as for a fixed-n CI
+    eq_low: float | None = None
+    eq_high: float | None = None
+    # the intervals of the looks so far have no point in common: the data do not fit one
+    # fixed change (the machine drifted), so nothing is decided
+    drift: bool = False
+
+    def equivalence(self) -> tuple[float, float]:
+        """The one-sided interval: NEUTRAL and GO/NO-GO's half-threshold bound."""
+        if self.eq_low is None or self.eq_high is None:
+            return self.low, self.high
+        return self.eq_low, self.eq_high
+
+
+class Sequence_:
+    """The running state of one workload: call ``look(x)`` with all its log ratios so far."""
+
+    def __init__(
+        self, alpha: float = ALPHA, rho: float | None = None, *, one_sided: float | None = None
+    ):
+        """``one_sided``: the miss probability of each one-sided bound (default ``alpha``;
+        a call of k workloads gives each alpha / k, so that a false NEUTRAL anywhere in the
+        call has probability at most alpha)."""
+        self.alpha = alpha
+        self.rho = rho if rho is not None else _default_rho(alpha)
+        side = alpha if one_sided is None else one_sided
+        self.eq_alpha, self.eq_rho = equivalence_alpha(side), _equivalence_rho(side)
+        self.low, self.high = -math.inf, math.inf
+        self.max_evidence = 1.0
+        self.last: Look | None = None
+
+    def look(self, x: Sequence[float]) -> Look:
+        import numpy as np
+
+        xs = np.sort(np.asarray(x, dtype=float))
+        lo, hi = _cs_of_sorted(xs, self.alpha, self.rho)
+        # The running intersection would be a valid, tighter interval if the pairs were
+        # identically distributed; on this VM the effect itself can drift within a run (a
+        # 2026-11-23 trial: median -0.3 % in its first half, -1.8 % in its second), and the
+        # intersection then keeps an early, narrow interval the later data contradict: it
+        # called a 1 % slowdown NEUTRAL at 0.5 %. So the verdict uses this look's interval,
+        # and an empty intersection only says the data drifted.
+        self.low, self.high = max(self.low, lo), min(self.high, hi)
+        self.max_evidence = max(self.max_evidence, _evidence_of_sorted(xs, self.rho))
+        n = len(xs)
+        est = float(xs[(n - 1) // 2] + xs[n // 2]) / 2 if n else math.nan
+        p = min(1.0, 1.0 / self.max_evidence)
+        eq_lo, eq_hi = _cs_of_sorted(xs, self.eq_alpha, self.eq_rho)
+        self.last = Look(n, est, lo, hi, p, eq_lo, eq_hi, drift=self.low > self.high)
+        return self.last
+
+
+def verdict(
+    look: Look,
+    delta: float,
+    *,
+    higher_is_better: bool,
+    p_adjusted: float | None = None,
+    alpha: float = ALPHA,
+) -> str:
+    """GO / NO-GO / NEUTRAL / INCONCLUSIVE for one look (see the module doc)."""
+    p = look.p_anytime if p_adjusted is None else p_adjusted
+    est = look.estimate
+    if look.drift or look.low > look.high:  # the looks' intervals no longer overlap: drift
+        return INCONCLUSIVE
+    lo, hi = look.equivalence()  # each bound misses its side with probability <= alpha
+    if p < alpha and est >= delta and lo > delta / 2:
+        return GO if higher_is_better else NO_GO
+    if p < alpha and est <= -delta and hi < -delta / 2:
+        return NO_GO if higher_is_better else GO
+    if -delta < lo and hi < delta:
+        return NEUTRAL
+    return INCONCLUSIVE
+
+
+def pairs_to_decide(
+    look: Look,
+    delta: float,
+    alpha: float = ALPHA,
+    *,
+    near: float | None = None,
+    rate: Callable[[int], float] | None = None,
+):
+    """How many pairs in all would likely decide an INCONCLUSIVE look: the n at which an
+    interval of today's shape, centred on today's estimate, would be decisive. The interval
+    (the one-sided sequence the verdict bounds, ``Look.equivalence``) narrows like
+    ``rate(n)`` (default: its b_n / n, its half-width in ranks over n), scaled from today's
+    width. ``near``: how far past zero the near bound must lie for a GO/NO-GO (this rule:
+    half the threshold; a fixed-n rule: 0). None when today's interval is not finite yet (too
+    few pairs to scale from)."""
+    est = look.estimate
+    low, high = look.equivalence()
+    if abs(est) >= delta:  # towards GO/NO-GO: the near bound must pass ``near``
+        needed = abs(est) - (delta / 2 if near is None else near)
+    else:  # towards NEUTRAL: the far bound must come inside the threshold
+        needed = delta - abs(est)
+    if rate is None:
+
+        def rate(n: int) -> float:
+            return one_sided_boundary(n, alpha) / n
+
+    if look.n < 2 or not (math.isfinite(low) and math.isfinite(high)) or needed <= 0:
+        return None
+    half = (high - low) / 2
+    rate_now = rate(look.n)
+    n = look.n
+    while n < 10**7:
+        n = max(n + 1, int(n * 1.05))
+        if half * rate(n) / rate_now <= needed:
+            return n
+    return None
+
+
+@dataclass
+class Stop:
+    """Where one workload of a sequential A/B stands: its verdict so far and, once stopped,
+    why (``decided``, ``drift``, ``budget``, ``failed``, ``interrupted``)."""
+
+    higher_is_better: bool
+    state: Sequence_
+    logs: list = field(default_factory=list)
+    failed: int = 0
+    verdict: str = INCONCLUSIVE
+    p_holm: float = 1.0
+    reason: str | None = None  # None while it runs
+    seconds: float = 0.0  # wall time of its own processes
+    pairs_needed: int | None = None
+
+
+class Stopper:
+    """The stopping rule of a sequential A/B, pure of processes: feed it each round's pairs
+    (``add``), then ``end_round``; it looks at every running workload, adjusts the anytime
+    p-values by Holm across all workloads of the call, and stops a workload at a decisive
+    verdict (GO, NO-GO, NEUTRAL), or all of them when the time or pair budget runs out
+    (INCONCLUSIVE, with the pairs that would likely decide)."""
+
+    def __init__(
+        self,
+        higher_is_better: dict,
+        threshold_pct: float,
+        *,
+        max_time_s: float,
+        max_pairs: int,
+        alpha: float = ALPHA,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.delta = math.log1p(threshold_pct / 100)
+        self.alpha, self.max_time_s, self.max_pairs, self.clock = (
+            alpha,
+            max_time_s,
+            max_pairs,
+            clock,
+        )
+        # NEUTRAL (and GO/NO-GO's half-threshold bound) controlled across the call's
+        # workloads: each one-sided bound misses with probability <= alpha / k (Bonferroni),
+        # as the anytime p of GO/NO-GO is Holm-adjusted across them
+        self.one_sided = alpha / max(1, len(higher_is_better))
+        self.stops = {
+            w: Stop(h, Sequence_(alpha, one_sided=self.one_sided))
+            for w, h in higher_is_better.items()
+        }
+        self.t0 = clock()
+
+    def running(self) -> list:
+        return [w for w, s in self.stops.items() if s.reason is None]
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def add(self, workload: str, log_ratio: float | None, seconds: float = 0.0) -> None:
+        """One pair of ``workload``: its log ratio B/A, or None for a pair with a failed side."""
+        s = self.stops[workload]
+        s.seconds += seconds
+        if log_ratio is None:
+            s.failed += 1
+        else:
+            s.logs.append(log_ratio)
+
+    def stop(self, workload: str, reason: str, verdict: str | None = None) -> None:
+        s = self.stops[workload]
+        s.reason = reason
+        s.verdict = verdict or s.verdict
+
+    def end_round(self) -> list:
+        """Look at every running workload; returns the ones still running."""
+        for s in self.stops.values():
+            if (
+                s.reason is None
+                and s.logs
+                and (s.state.last is None or s.state.last.n < len(s.logs))
+            ):
+                s.state.look(s.logs)
+        looked = [w for w, s in self.stops.items() if s.state.last is not None]
+        for w, p in zip(
+            looked, holm([self.stops[w].state.last.p_anytime for w in looked]), strict=True
+        ):
+            s = self.stops[w]
+            if s.reason is not None:
+                continue
+            s.p_holm = p
+            s.verdict = verdict(
+                s.state.last,
+                self.delta,
+                higher_is_better=s.higher_is_better,
+                p_adjusted=p,
+                alpha=self.alpha,
+            )
+            if s.verdict in DECISIVE:
+                s.reason = "decided"
+            elif s.state.last.drift:  # no single change fits the looks: more will not decide
+                s.reason = "drift"
+        out_of_budget = self.elapsed() >= self.max_time_s
+        for w in self.running():
+            if out_of_budget or len(self.stops[w].logs) >= self.max_pairs:
+                self.stop(w, "budget")
+        for s in self.stops.values():
+            s.pairs_needed = None
+            if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
+                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
+        return self.running()
+
+    def seconds_needed(self, workload: str) -> float | None:
+        """The seconds the pairs still needed would likely take, at this workload's pace."""
+        s = self.stops[workload]
+        n = len(s.logs)
+        if s.pairs_needed is None or not n:
+            return None
+        return max(0, s.pairs_needed - n) * s.seconds / (n + s.failed)
