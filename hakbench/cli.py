@@ -26,6 +26,8 @@ class _Group(click.Group):
 
     def main(self, args=None, *a, **kw):
         meta.INVOCATION = ["hakbench", *(sys.argv[1:] if args is None else list(args))]
+        if args is None:  # a process of its own (not a test's in-process call)
+            interrupts.exit_outside_commands()
         return super().main(args, *a, **kw)
 
     def invoke(self, ctx):

@@ -170,3 +170,18 @@ def test_malformed_profile_toml_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HAKBENCH_ROOT", str(tmp_path))
     line = _one_error_line(CliRunner().invoke(main, ["profiles", "list"]))
     assert "BROKEN.toml" in line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_outside_a_command_still_exits_128_plus_the_signal(sig):
+    # the CLI's process between its command's end and its exit: nothing is left to write, and
+    # the default action would report a kill (-15) where the policy says 143
+    code = (
+        "import os, signal, time\n"
+        "from hakbench.engine import interrupts\n"
+        "interrupts.exit_outside_commands()\n"
+        f"os.kill(os.getpid(), {int(sig)})\n"
+        "time.sleep(5)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=30)
+    assert done.returncode == 128 + sig

@@ -26,6 +26,7 @@ installed and a Ctrl-C is Python's own KeyboardInterrupt, exit code 130.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -85,6 +86,16 @@ def installed() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def exit_outside_commands() -> None:
+    """Outside a command (before it starts, and after it returned while the process winds down)
+    a stop signal ends the process at once with 128 + the signal, as within one: there is
+    nothing left to write, and the default action would report a kill instead (-15)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in SIGNALS:
+        signal.signal(s, lambda signum, frame: os._exit(128 + signum))
 
 
 def reset() -> None:
