@@ -3,8 +3,11 @@
 //            first (from `environ`; nothing here mallocs), stats printed by the destructor.
 //   thread   a thread's first slow-path allocation creates its heap; a pthread key destructor
 //            gives it back at thread exit (heap.c: hak_heap_destroy).
-//   fork     prepare takes every global lock, the parent releases them, the child re-creates
-//            them (the forking thread's heap stays valid in the child).
+//   fork     prepare takes glibc's stdio list lock (while the process has threads), then every
+//            global lock, a lock this thread holds already once more (a fork from a signal
+//            handler: lock.h); the parent releases them, the child resets them (the forking
+//            thread's heap stays valid in the child). Frees that come after the thread's heap
+//            was destroyed go straight to their pages (hak_thread_exited).
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
