@@ -389,9 +389,6 @@ HAK_NOINLINE void hak_free_slow(void *p) {
         return;
     }
     hak_page *page = hak_page_of(ss, (uintptr_t)p);
-#ifdef HAK_SECURE
-    secure_check("free", checked_page("free", ss, p), p);
-#endif
     hak_heap *heap = hak_tls_heap;
     hak_heap *owner = atomic_load_explicit(&ss->owner, memory_order_relaxed);
     if (owner == heap)
