@@ -16,8 +16,7 @@ from hakbench.core.errors import (
 from hakbench.core.profiles import parse_sets
 from hakbench.engine import interrupts
 from hakbench.engine.store import default_run_dir
-from hakbench.experiments import ab as engine
-from hakbench.experiments import ab_spec
+from hakbench.experiments import ab, ab_plan, ab_spec
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
 from hakbench.stats.stats import FAILED, INCONCLUSIVE, NO_GO
 
@@ -164,7 +163,7 @@ def ab_cmd(
         if out:
             raise UsageError("--resume/--continue write into their own directory; drop --out")
         where = resume or continue_dir
-        spec = engine.resume_spec(
+        spec = ab_plan.resume_spec(
             where,
             max_time_s=None
             if resume
@@ -200,7 +199,7 @@ def ab_cmd(
         perf_runs=perf_runs,
     )
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
-        engine.check_spec(spec)  # (with revisions, each side is checked against its own build)
+        ab_plan.check_spec(spec)  # (with revisions, each side is checked against its own build)
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
     if spec.sequential:
@@ -208,7 +207,7 @@ def ab_cmd(
             f"sequential: pairs until decided, at most {spec.max_time_s:g} s (--runs N: fixed)",
             err=True,
         )
-    noise = engine.noise_warning_for(spec)
+    noise = ab_plan.noise_warning_for(spec)
     if noise:
         click.echo(f"warning: {noise}", err=True)
     _measure_and_print(spec, out, fail_on)
@@ -216,7 +215,7 @@ def ab_cmd(
 
 def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> None:
     """Run the A/B (fresh, resumed or continued), print its verdicts, exit by the rule."""
-    result = engine.run_ab(spec, out, resume=resume, continued=continued)
+    result = ab.run_ab(spec, out, resume=resume, continued=continued)
     if spec.is_aa:
         click.echo("A/A (no --baseline/--set): a noise check, not an experiment")
     judged = {c.workload: c.metric for c in result.primary()}

@@ -1,0 +1,208 @@
+"""What an A/B's samples say: comparisons of every metric both sides have (the primary and
+the guardrails judged, Holm across workloads), a sequential run's stop applied to its
+primary comparison, the pairs a fixed count would need, failures and engagement overriding
+the verdict, and ab's perf counter table (medians, never judged).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from hakbench.core.metrics import GUARDRAILS, METRICS, PERF_SOURCED
+from hakbench.engine.schedule import complete_pairs
+from hakbench.experiments.ab_spec import ABSpec
+from hakbench.experiments.engagement import engagement
+from hakbench.stats import sequential as seq
+from hakbench.stats import stats as st
+
+
+def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
+    """workload -> stats.Failures of its judged samples (the measured pairs, or the
+    instruction counts): FAILED when one side failed more or otherwise than the other."""
+    phase = "instructions" if spec.metric == "instructions" else "measure"
+    out = {}
+    for w in workloads:
+        judged = [s for s in samples if s["workload"] == w and s["phase"] == phase]
+        out[w] = st.failures(*([s for s in judged if s.get("side") == x] for x in "AB"))
+    return out
+
+
+def apply_stop(c: st.Comparison, stopper) -> None:
+    """The primary comparison of a sequential A/B as its stopping rule left it: the median
+    and the confidence sequence (as ratios), the anytime p and its Holm adjustment, the
+    verdict, why it stopped, and for INCONCLUSIVE the pairs (and seconds) that would decide."""
+    s = stopper.stops[c.workload]
+    look = s.state.last
+    c.stop = s.reason or ""
+    if look is None:
+        return
+    c.ratio, c.ci_low, c.ci_high = (math.exp(x) for x in (look.estimate, look.low, look.high))
+    c.decide_low, c.decide_high = (math.exp(x) for x in look.equivalence())
+    c.p_value, c.p_holm, c.n_pairs = look.p_anytime, s.p_holm, look.n
+    c.verdict = s.verdict
+    if s.verdict == st.INCONCLUSIVE:
+        c.pairs_needed = s.pairs_needed
+        c.seconds_needed = _more_seconds(c)
+
+
+def fixed_n_pairs_needed(c: st.Comparison, threshold_pct: float) -> None:
+    """For an INCONCLUSIVE fixed-count comparison: the pairs at which its CI, narrowing as
+    1/sqrt(n), would likely decide (and the seconds that takes at this A/B's pace)."""
+    if c.n_pairs < 2 or not all(x > 0 for x in (c.ratio, c.ci_low, c.ci_high)):
+        return
+    look = seq.Look(c.n_pairs, math.log(c.ratio), math.log(c.ci_low), math.log(c.ci_high), 1.0)
+    c.pairs_needed = seq.pairs_to_decide(
+        look, math.log1p(threshold_pct / 100), near=0.0, rate=lambda n: 1 / math.sqrt(n)
+    )
+    c.seconds_needed = _more_seconds(c)
+
+
+def _more_seconds(c: st.Comparison) -> float | None:
+    if c.pairs_needed is None or not c.n_pairs or not c.seconds:
+        return None
+    return round(max(0, c.pairs_needed - c.n_pairs) * c.seconds / c.n_pairs, 1)
+
+
+def unmeasured(samples: list[dict]) -> list[str]:
+    """Metrics that no ok measured or perf run had (hardware counters here, for instance)."""
+    ok = [s for s in samples if s["status"] == "ok" and s["phase"] in ("measure", "perf")]
+    missing = {u for s in ok for u in s.get("unavailable", [])}
+    return sorted(missing - {m for s in ok for m in s["metrics"]})
+
+
+def perf_counter_table(samples: list[dict], workloads: list[str]) -> list:
+    """Per workload and perf metric: the median of each side's perf runs and their ratio.
+    Not paired and not judged: a few runs per side describe, they do not decide."""
+    rows = []
+    for w in workloads:
+        runs = [s for s in samples if s["phase"] == "perf" and s["workload"] == w]
+        runs = [s for s in runs if s["status"] == "ok" and s.get("launcher") == "perf"]
+        for m in PERF_SOURCED:
+            values = {
+                x: [s["metrics"][m] for s in runs if s["side"] == x and m in s["metrics"]]
+                for x in "AB"
+            }
+            if not (values["A"] and values["B"]):
+                continue
+            a, b = statistics.median(values["A"]), statistics.median(values["B"])
+            ratio = b / a if a else math.nan
+            n = min(len(values["A"]), len(values["B"]))
+            row = st.Comparison(
+                w, m, a, b, ratio, math.nan, math.nan, math.nan, n, METRICS[m].higher_is_better
+            )
+            row.verdict, row.source = "", "perf"
+            rows.append(row)
+    return rows
+
+
+def primaries(cells: dict) -> dict:
+    """workload -> its judged metric when that is not the spec's: a command workload's own
+    time or rate (hakbench.core.commandspec)."""
+    return {w: a.workload.primary_metric for w, (a, _) in cells.items() if a.workload.command}
+
+
+def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None):
+    """Comparisons of every metric both sides have; primary and guardrails judged.
+
+    ``own_primary``: workload -> metric for workloads judged on their own metric (command
+    workloads); their roles are keyed ``(workload, metric)``, the others' by metric."""
+    comparisons = []
+    roles: dict = {}
+    own_primary = own_primary or {}
+    if spec.metric == "instructions":
+        roles["ir_per_op"] = "primary"
+        for w in workloads:
+            vals = {
+                s["side"]: s["metrics"]["ir_per_op"]
+                for s in samples
+                if s["workload"] == w and s["phase"] == "instructions" and s["status"] == "ok"
+            }
+            a, b = vals.get("A", math.nan), vals.get("B", math.nan)
+            ratio = b / a if a and not math.isnan(a) else math.nan
+            c = st.Comparison(
+                w, "ir_per_op", a, b, ratio, ratio, ratio, math.nan, len(vals) // 2, False
+            )
+            c.source = "instructions"
+            c.verdict = st.exact_verdict(
+                ratio, threshold_pct=spec.threshold_pct, higher_is_better=False
+            )
+            comparisons.append(c)
+        return comparisons, roles
+    for w in workloads:
+        primary = own_primary.get(w, spec.metric)
+        pairs = complete_pairs(samples, w)
+        names = [m for m in METRICS if any(m in a["metrics"] for a, _ in pairs)]
+        for m in names:
+            both = [
+                (a["metrics"][m], b["metrics"][m])
+                for a, b in pairs
+                if m in a["metrics"] and m in b["metrics"]
+            ]
+            role = "primary" if m == primary else "guardrail" if m in GUARDRAILS else "info"
+            roles[(w, m) if w in own_primary else m] = role
+            comparisons.append(
+                st.compare_paired(
+                    w, m, [x for x, _ in both], [y for _, y in both], METRICS[m].higher_is_better
+                )
+            )
+        if not pairs:
+            roles[(w, primary) if w in own_primary else primary] = "primary"
+            comparisons.append(
+                st.Comparison(w, primary, *([math.nan] * 6), 0, METRICS[primary].higher_is_better)
+            )
+
+    def role(c):
+        return roles.get((c.workload, c.metric), roles.get(c.metric, "info"))
+
+    st.judge([c for c in comparisons if role(c) != "info"], spec.threshold_pct)
+    for c in comparisons:
+        if role(c) == "info":
+            c.verdict = ""
+    return comparisons, roles
+
+
+def engagement_of(spec: ABSpec, cells: dict, harness: dict, observe: bool, observed: dict) -> dict:
+    """workload -> its engagement (``hakbench.experiments.engagement``) from the counters of
+    its stats runs (``observed[(workload, side)]``), or ``n/a`` and why none was taken."""
+    out = {}
+    for w, (a, b) in cells.items():
+        if observe and w in harness:
+            out[w] = engagement(a, b, {s: observed.get((w, s)) for s in "AB"})
+        elif w not in harness:
+            out[w] = {"status": "n/a", "detail": "command workload: no stats run"}
+        else:
+            why = "no hakmem side" if spec.observe else "not observed"
+            out[w] = {"status": "n/a", "detail": why}
+    return out
+
+
+def judge_run(
+    samples: list[dict],
+    spec: ABSpec,
+    cells: dict,
+    engaged: dict,
+    *,
+    pair_seconds: dict,
+    stopper: seq.Stopper | None,
+) -> tuple[list, dict, dict]:
+    """(comparisons, roles, failures by workload) of a run's samples: every metric
+    compared, the primary one given its pairs' seconds and, sequential, the stop that
+    ended it (else a fixed count's pairs needed); NOT-ENGAGED and FAILED override it."""
+    own = primaries(cells)
+    comparisons, roles = analyse(samples, list(cells), spec, own)
+    failures = failures_by_workload(samples, list(cells), spec)
+    for c in comparisons:
+        if roles.get((c.workload, c.metric), roles.get(c.metric)) != "primary":
+            continue
+        if c.source == "pairs":
+            c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
+            if stopper is not None:
+                apply_stop(c, stopper)
+            elif c.verdict == st.INCONCLUSIVE:
+                fixed_n_pairs_needed(c, spec.threshold_pct)
+        if engaged[c.workload]["status"] == "not-engaged":
+            c.verdict = st.NOT_ENGAGED
+        if failures[c.workload].verdict:
+            c.verdict = failures[c.workload].verdict  # survivors never decide
+    return comparisons, roles, failures

@@ -1,0 +1,252 @@
+"""What an A/B runs: its cells (names, profiles and ``HAKMEM_*`` keys validated), each
+workload's run length and why, the revisions it builds, the meta.json it starts with, the
+spec a stored run recorded (``--resume``, ``--continue``), its perf-run slots and the harness
+arguments of a slot. ``hakbench.experiments.ab`` runs the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+
+from hakbench.core.cell import Cell, make_cell
+from hakbench.core.errors import UsageError
+from hakbench.core.profiles import expand_workloads, resolve_workload
+from hakbench.engine import engine
+from hakbench.engine.meta import collect_meta
+from hakbench.engine.runner import perf_usable
+from hakbench.engine.schedule import ab_schedule
+from hakbench.experiments.ab_spec import (
+    DEFAULT_PAIRS,
+    DEFAULT_WORKLOADS,
+    PERF_MODES,
+    TIMED_METRICS,
+    ABSpec,
+)
+from hakbench.stats import sequential as seq
+
+
+def run_length(spec: ABSpec, name: str):
+    """(workload, what its iteration count is and why): ``--iters`` when given; for a timed
+    metric, this machine's run-length choice (hakbench.experiments.runlength) when it has one;
+    else the workload's own count. Command workloads and workloads without an iters_flag keep
+    theirs."""
+    from hakbench.experiments import runlength
+
+    w = resolve_workload(name)
+    if w.command is not None or not w.iters_flag or w.iters_flag not in w.args:
+        return w, "fixed length"
+    own = runlength.iterations(w)
+    if spec.iters is not None:
+        return runlength.with_iterations(w, spec.iters), f"{spec.iters} iterations (--iters)"
+    chosen = runlength.chosen_iterations(w) if spec.metric in TIMED_METRICS else None
+    if chosen is not None:
+        n, whose = chosen
+        return runlength.with_iterations(w, n), f"{n} iterations, from {whose}"
+    why = "no run-length calibration" if spec.metric in TIMED_METRICS else "counted exactly"
+    return w, f"{own} iterations (the workload's own; {why})"
+
+
+def build_cells(spec: ABSpec, builds: dict) -> dict:
+    """workload -> (A, B); names, profiles and HAKMEM_* keys are validated here."""
+    return {w: ab for w, (ab, _) in build_cells_why(spec, builds).items()}
+
+
+def build_cells_why(spec: ABSpec, builds: dict) -> dict:
+    """workload -> ((A, B), what its iteration count is and why)."""
+    cells = {}
+    for name in expand_workloads(spec.workloads):
+        w, why = run_length(spec, name)
+        b = make_cell(
+            spec.allocator,
+            w,
+            variant=spec.variant,
+            profile=spec.profile,
+            sets=spec.sets,
+            build=builds.get("B"),
+        )
+        a = make_cell(
+            spec.baseline_allocator or spec.allocator,
+            w,
+            variant=spec.baseline_variant or spec.variant,
+            profile=spec.baseline or spec.profile,
+            build=builds.get("A"),
+        )
+        for c in (a, b):
+            alloc = c.resolved_allocator()
+            if not alloc.available:
+                raise UsageError(f"allocator {alloc.label} unavailable: {alloc.missing_reason}")
+        cells[b.workload.name] = ((a, b), why)
+    return cells
+
+
+def resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
+    builds, shas = {}, {}
+    for side, rev in (("B", spec.rev), ("A", spec.baseline_rev)):
+        if rev:
+            from hakbench.engine.revs import build_at_rev  # issue 8's module, needed only here
+
+            rb = build_at_rev(rev)
+            builds[side], shas[side] = Path(rb.build_dir), rb.sha
+    return builds, shas
+
+
+def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
+    """Validate everything a spec names (UsageError on the first problem); its cells."""
+    return {w: ab for w, (ab, _) in check_spec_why(spec, builds).items()}
+
+
+def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
+    """``check_spec`` with each workload's iteration count and why (``build_cells_why``)."""
+    known = (*TIMED_METRICS, "instructions")
+    if spec.metric not in known:
+        raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
+    if spec.perf not in PERF_MODES:
+        raise UsageError(f"unknown perf mode '{spec.perf}'; known: {', '.join(PERF_MODES)}")
+    if spec.metric == "task_clock_ms" and not (spec.perf == "each" and perf_usable()):
+        raise UsageError(
+            "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
+        )
+    if spec.metric != "throughput":
+        for w in expand_workloads(spec.workloads):
+            if resolve_workload(w).command is not None:
+                raise UsageError(
+                    f"--metric {spec.metric} measures harness programs; command workload {w} "
+                    f"is judged on its own {resolve_workload(w).primary_metric} (drop --metric)"
+                )
+    if spec.extra_ops is not None and any(
+        resolve_workload(w).command is not None for w in expand_workloads(spec.workloads)
+    ):
+        raise UsageError("--extra-ops is a harness option: harness workloads only")
+    return build_cells_why(spec, builds or {})
+
+
+def spec_of(meta: dict) -> ABSpec:
+    """The spec a run directory's meta.json recorded (for --resume and --continue)."""
+    fields = {f.name for f in dataclasses.fields(ABSpec)}
+    data = {k: v for k, v in meta["spec"].items() if k in fields}
+    data["workloads"] = tuple(data.get("workloads") or DEFAULT_WORKLOADS)
+    return ABSpec(**data)
+
+
+def resume_spec(out: Path, *, max_time_s: float | None = None) -> ABSpec:
+    """The spec of the run in ``out``, for ``ab --resume`` (as recorded) or ``ab --continue``
+    (a sequential run, with a new budget ``max_time_s``): a run that cannot be continued
+    is one line (UsageError)."""
+    meta = engine.stored_meta(out, "ab", "--resume" if max_time_s is None else "--continue")
+    spec = spec_of(meta)
+    if max_time_s is None:
+        return spec
+    if not spec.sequential:
+        raise UsageError(
+            f"--continue {out}: it ran a fixed count (--runs) or exact counts; only a "
+            "sequential run continues under its confidence sequence"
+        )
+    verdicts = meta.get("verdicts") or {}
+    if meta.get("finished") and verdicts and seq.INCONCLUSIVE not in verdicts.values():
+        raise UsageError(f"--continue {out}: every workload is decided already ({verdicts})")
+    return dataclasses.replace(spec, max_time_s=max_time_s)
+
+
+def noise_warning_for(spec: ABSpec) -> str | None:
+    """The latest calibration's warning when the threshold is below what the pairs can see.
+    Calibration measures the noise of throughput pairs, so other metrics get no warning."""
+    if spec.metric != "throughput" or spec.sequential:
+        return None  # a sequential A/B says INCONCLUSIVE itself when the noise is too high
+    from hakbench.experiments.calibrate import noise_warning
+
+    return noise_warning(spec.threshold_pct, spec.pairs)
+
+
+def sha256_of(path: Path | None) -> str | None:
+    """Identity of a preloaded library: a rebuild during a run shows up as a changed hash."""
+    if path is None or not Path(path).exists():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def slot_args(spec: ABSpec, cell: Cell, slot) -> list | None:
+    """The harness arguments of a slot: the cell's own, or with calibration's --extra-ops."""
+    if spec.extra_ops is None:
+        return None
+    from hakbench.experiments.calibrate import extra_ops_arg
+
+    k = spec.extra_ops if slot.side == "B" else spec.baseline_extra_ops
+    return [*cell.workload.args, *extra_ops_arg(k)]
+
+
+def run_meta(spec: ABSpec, with_why: dict, shas: dict, command=None) -> dict:
+    """The meta.json an A/B starts with: the spec, each side's cell (with the sha256 of its
+    preloaded library), the revisions and each workload's run length."""
+    meta = collect_meta(
+        command,
+        kind="ab",
+        variant=spec.variant,
+        spec=asdict(spec),
+        description=spec.describe(),
+        cells={
+            w: {
+                side: {
+                    "key": c.key,
+                    "label": c.label,
+                    "env": c.env,
+                    "preload": str(c.resolved_allocator().preload or ""),
+                    "preload_sha256": sha256_of(c.resolved_allocator().preload),
+                    "argv": c.command()[0],
+                }
+                for side, c in (("A", a), ("B", b))
+            }
+            for w, ((a, b), _) in with_why.items()
+        },
+        rev_shas=shas,
+    )
+    meta["iterations"] = {w: why for w, (_, why) in with_why.items()}
+    return meta
+
+
+def changed_libraries(meta: dict) -> list[str]:
+    """The preloaded libraries whose sha256 is no longer the one meta.json recorded."""
+    return sorted(
+        {
+            side["preload"]
+            for per_workload in meta["cells"].values()
+            for side in per_workload.values()
+            if side["preload"] and sha256_of(Path(side["preload"])) != side["preload_sha256"]
+        }
+    )
+
+
+def perf_slots(spec: ABSpec, cells: dict) -> tuple[list, str]:
+    """(the perf-wrapped counter runs of ``--perf observe``, interleaved A/B after the pairs;
+    why there are none when perf cannot run here). Command workloads never run under perf
+    (hakbench.engine.command_run)."""
+    harness = [w for w, (a, _) in cells.items() if a.workload.command is None]
+    if spec.metric not in TIMED_METRICS or spec.perf != "observe" or spec.perf_runs <= 0:
+        return [], ""
+    if not harness:
+        return [], ""
+    if not perf_usable():
+        return [], "perf is not usable here: no perf counter runs"
+    slots = ab_schedule(harness, spec.perf_runs, 0, spec.seed + 1)
+    return [dataclasses.replace(s, phase="perf") for s in slots], ""
+
+
+def observation(spec: ABSpec, cells: dict) -> tuple[dict, bool]:
+    """(the workloads a stats-variant run can observe: harness workloads, whose counter dump
+    it reads; whether they are observed: ``spec.observe`` and a hakmem side among them)."""
+    harness = {w: ab for w, ab in cells.items() if ab[0].workload.command is None}
+    hakmem = any("hakmem" in (a.allocator, b.allocator) for a, b in harness.values())
+    return harness, spec.observe and hakmem
+
+
+def planned_samples(spec: ABSpec, cells: dict, observed: dict, fixed: int) -> int:
+    """The progress bar's total: the stats runs of the ``observed`` workloads, ``fixed``
+    scheduled slots, the instruction counts, and for a sequential A/B (whose count is not
+    known) DEFAULT_PAIRS a workload."""
+    n = sum(c.allocator == "hakmem" for ab in observed.values() for c in ab) + fixed
+    n += 2 * len(cells) if spec.metric == "instructions" else 0
+    if spec.sequential:
+        n += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
+    return n
