@@ -14,8 +14,11 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.core import paths
 from hakbench.core.errors import UsageError
+from hakbench.engine import meta
 from hakbench.experiments import calibrate as cal
+from hakbench.experiments import calibration as noise
 from hakbench.stats import stats as st
+from hakbench.tables import calibration as calibration_table
 
 
 def synthetic_trials(rng, condition, k, slowdown_pct, sigma, trials, pairs):
@@ -49,7 +52,7 @@ def test_summary_rates_with_wilson_intervals_and_smallest_effects():
         + synthetic_trials(rng, "K=0.5", 0.5, 2.0, sigma, 20, pairs)
         + synthetic_trials(rng, "K=1.25", 1.25, 5.0, sigma, 20, pairs)
     )
-    s = cal.summarize(trials, runs=pairs, threshold_pct=1.0)
+    s = calibration_table.summarize(trials, runs=pairs, threshold_pct=1.0)
     by = {c["condition"]: c for c in s["conditions"]}
     assert list(by) == ["A/A", "K=0.1", "K=0.5", "K=1.25"]
     # Wilcoxon at alpha 0.05 plus the threshold rule: few A/A trials may pass
@@ -81,16 +84,16 @@ def test_condition_table_is_a_dataframe_of_trials():
     trials = synthetic_trials(rng, "A/A", 0.0, 0.0, 0.01, 3, 12) + synthetic_trials(
         rng, "K=2", 2.0, 8.0, 0.01, 2, 12
     )
-    table = cal.condition_table(trials)
+    table = calibration_table.condition_table(trials)
     assert list(table["condition"]) == ["A/A", "K=2"]
     assert list(table["trials"]) == [3, 2] and list(table["pairs"]) == [36, 24]
     assert list(table["detected"]) == [0, 2]
 
 
 def test_wilson_ci_matches_the_research_note():
-    low, high = cal.wilson_ci(1, 30)  # 1/30 = 3.3 % (95 % CI 0.6-17), docs/measuring.md
+    low, high = st.wilson_ci(1, 30)  # 1/30 = 3.3 % (95 % CI 0.6-17), docs/measuring.md
     assert (round(100 * low, 1), round(100 * high)) == (0.6, 17)
-    assert cal.wilson_ci(0, 0)[0] != cal.wilson_ci(0, 0)[0]  # nan
+    assert st.wilson_ci(0, 0)[0] != st.wilson_ci(0, 0)[0]  # nan
 
 
 def test_calibrate_defaults_to_abs_pair_count():
@@ -117,7 +120,7 @@ def scratch_root(tmp_path, monkeypatch):
 
 
 def calibration(conditions, runs=100, floor=None):
-    return cal.Calibration(
+    return noise.Calibration(
         {
             "runs": runs,
             "trials": 10,
@@ -126,7 +129,7 @@ def calibration(conditions, runs=100, floor=None):
             "noise_floor_pct": floor,
             "machine": {"hostname": "lab"},
         },
-        cal.reference_path(),
+        noise.reference_path(),
         own=False,
     )
 
@@ -138,20 +141,20 @@ def condition(k, effect, hits, trials=10):
         "effect_pct": effect,
         "trials": trials,
         "resolution_rate": rate,
-        "resolution_ci95": list(cal.wilson_ci(hits, trials)),
+        "resolution_ci95": list(st.wilson_ci(hits, trials)),
     }
 
 
 def test_noise_warning_only_when_larger_effects_are_missed(scratch_root):
-    assert cal.load_calibration() is None
-    assert cal.noise_warning(1.0, 100) is None  # never calibrated: nothing to say
+    assert noise.load_calibration() is None
+    assert noise.noise_warning(1.0, 100) is None  # never calibrated: nothing to say
     # a quiet machine: 0.5 % is often missed, but it is below the threshold; 1 % and 2 % seen
     quiet = calibration(
         [condition(0.125, 0.5, 4), condition(0.25, 1.0, 10), condition(0.5, 2.0, 10)], floor=1.0
     )
-    assert cal.noise_warning(1.0, 100, quiet) is None  # ab's defaults do not warn
+    assert noise.noise_warning(1.0, 100, quiet) is None  # ab's defaults do not warn
     # at 20 pairs the 0.5 % slowdown is as visible as 1.1 %: above a 1 % threshold, and missed
-    w = cal.noise_warning(1.0, 20, quiet)
+    w = noise.noise_warning(1.0, 20, quiet)
     assert w and "0.50 % slowdown at 100 pairs" in w and "as visible as 1.12 % at 20 pairs" in w
     assert "--runs 100 for 1 %" in w and "at least 2.2 %" in w
     assert "the lab machine's reference (lab) calibration of 2026-11-23" in w
@@ -159,49 +162,50 @@ def test_noise_warning_only_when_larger_effects_are_missed(scratch_root):
     noisy = calibration(
         [condition(0.25, 1.0, 1), condition(0.5, 2.0, 3), condition(1.25, 5.0, 10)], floor=5.0
     )
-    w = cal.noise_warning(1.0, 100, noisy)
+    w = noise.noise_warning(1.0, 100, noisy)
     assert w and "2.00 % slowdown" in w and "30 % of 10 trials" in w and "--runs 2500" in w
-    assert cal.noise_warning(6.0, 100, noisy) is None  # a threshold above the missed effects
+    assert noise.noise_warning(6.0, 100, noisy) is None  # a threshold above the missed effects
     # 7 of 10 is short of 80 %, but its interval reaches it: not evidence enough to warn
     unsure = calibration([condition(0.5, 2.0, 7)])
-    assert cal.noise_warning(1.0, 100, unsure) is None
+    assert noise.noise_warning(1.0, 100, unsure) is None
     # nothing resolved at all (a busy machine): the warning says so instead of a pair count
     busy = calibration([condition(0.5, 1.1, 0), condition(1.25, 3.0, 2)])
-    w = cal.noise_warning(1.0, 100, busy)
+    w = noise.noise_warning(1.0, 100, busy)
     assert "3.00 % slowdown at 100 pairs was resolved in only 20 % of 10 trials" in w
     assert "no injected effect was resolved" in w and "--runs" not in w
 
 
 def test_the_committed_reference_does_not_warn_about_abs_defaults(scratch_root, repo_root):
-    ref = cal.Calibration(
-        json.loads((repo_root / cal.reference_path().relative_to(scratch_root)).read_text()),
-        cal.reference_path(),
+    ref = noise.Calibration(
+        json.loads((repo_root / noise.reference_path().relative_to(scratch_root)).read_text()),
+        noise.reference_path(),
         own=False,
     )
-    assert ref.data["format"] == cal.FORMAT
-    assert cal.noise_warning(st.DEFAULT_THRESHOLD_PCT, cal.DEFAULT_RUNS, ref) is None
+    assert ref.data["format"] == calibration_table.FORMAT
+    assert noise.noise_warning(st.DEFAULT_THRESHOLD_PCT, cal.DEFAULT_RUNS, ref) is None
 
 
 def test_own_machine_calibration_wins_over_the_reference(scratch_root):
-    ref = cal.reference_path()
+    ref = noise.reference_path()
     ref.parent.mkdir(parents=True)
     lab = {"runs": 30, "trials": 12, "date": "2026-11-22", "machine": {"hostname": "lab"}}
     ref.write_text(json.dumps({**lab, "conditions": [condition(0.5, 2.0, 9)]}))
-    assert "the lab machine's reference (lab)" in cal.calibration_line()
-    own = cal.machine_path()
-    assert "runs/calibration" in str(own) and cal.fingerprint() in str(own)
+    assert "the lab machine's reference (lab)" in noise.calibration_line()
+    own = noise.machine_path()
+    assert "runs/calibration" in str(own) and meta.fingerprint() in str(own)
     own.parent.mkdir(parents=True)
     own.write_text(json.dumps({"runs": 100, "trials": 10, "date": "2026-11-23", "conditions": []}))
-    assert cal.load_calibration().own
+    assert noise.load_calibration().own
     assert (
-        "this machine's calibration of 2026-11-23: 100 pairs x 10 trials" in cal.calibration_line()
+        "this machine's calibration of 2026-11-23: 100 pairs x 10 trials"
+        in noise.calibration_line()
     )
-    assert cal.fingerprint() == cal.fingerprint(cal.machine())
-    assert cal.fingerprint({**cal.machine(), "cpu_count": 64}) != cal.fingerprint()
+    assert meta.fingerprint() == meta.fingerprint(meta.machine())
+    assert meta.fingerprint({**meta.machine(), "cpu_count": 64}) != meta.fingerprint()
     # a calibration of the old format (an analytic floor, no rates) is named, not half-read
     own.write_text(json.dumps({"runs": 30, "noise_log_sd": 0.05, "mde_pct": 2.0}))
     with pytest.raises(UsageError, match="not a calibration this hakbench reads"):
-        cal.load_calibration()
+        noise.load_calibration()
 
 
 def test_calibrate_command_end_to_end(scratch_root):
@@ -232,9 +236,9 @@ def test_calibrate_command_end_to_end(scratch_root):
     assert len((out / "trials.jsonl").read_text().splitlines()) == 2
     assert (out / "report.md").read_text().startswith("# Calibration")
     # the machine's own copy, where ab reads it; nothing tracked is written
-    used = cal.load_calibration()
-    assert used.own and used.data == c and used.path == cal.machine_path()
-    assert not cal.reference_path().exists()
+    used = noise.load_calibration()
+    assert used.own and used.data == c and used.path == noise.machine_path()
+    assert not noise.reference_path().exists()
 
 
 def test_ctrl_c_keeps_the_finished_trials_and_exits_130(scratch_root):
@@ -257,7 +261,7 @@ def test_ctrl_c_keeps_the_finished_trials_and_exits_130(scratch_root):
     kept = len(trials.read_text().splitlines())
     assert c["interrupted"] and 1 <= c["trials_done"] == kept < 100
     assert "**Interrupted**" in (out / "report.md").read_text()
-    assert not cal.machine_path().exists()  # a partial calibration is not the machine's
+    assert not noise.machine_path().exists()  # a partial calibration is not the machine's
 
 
 def test_corrupt_trials_line_is_named(tmp_path):

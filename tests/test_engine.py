@@ -61,7 +61,19 @@ COMMANDS = {
         + ["--warmup-epochs", "1"],
         "epochs.jsonl",
     ),
+    # each trial a whole sequential ab: the stop lands inside one (or between two)
+    "calibrate-sequential": (
+        ["--sequential", "-a", "system", "-w", "mixed_short", "--condition", "0@1"]
+        + ["--condition", "5000@1", "--trials", "1", "--max-time", "0.4", "--warmup", "1"],
+        "trials.jsonl",
+    ),
+    "calibrate-run-length": (
+        ["--run-length", "-a", "system", "-w", "mixed_short", "--runs", "RL_PAIRS"]
+        + ["--warmup", "0", "--fraction", "0.5", "--fraction", "1"],
+        "samples.jsonl",
+    ),
 }
+RL_PAIRS = 40  # pairs per count of the run-length case: 160 samples, ~1.5 s
 
 
 @pytest.fixture
@@ -97,18 +109,21 @@ def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
     command, sig, scratch, tmp_path
 ):
     args, grows = COMMANDS[command]
+    args = [str(RL_PAIRS) if a == "RL_PAIRS" else a for a in args]
+    name = command.split("-")[0]  # calibrate-sequential: calibrate --sequential
     out = tmp_path / "out"
     if command == "matrix":
         (tmp_path / "m.toml").write_text(MATRIX)
         args = [str(tmp_path / "m.toml")]
-    proc = _hakbench([command, *args, "--out", str(out)], scratch, text=True)
+    proc = _hakbench([name, *args, "--out", str(out)], scratch, text=True)
     deadline = time.monotonic() + 60
-    while _complete_lines(out / grows).count("\n") < 3:
+    ready = 1 if command == "calibrate-sequential" else 3  # lines that mean "running"
+    while _complete_lines(out / grows).count("\n") < ready:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
     delay = random.uniform(0, 0.3)
     time.sleep(delay)
-    before = _complete_lines(out / grows)
+    before = _stored_lines(out)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     why = f"{command} {sig.name} after {delay:.2f} s: {stderr[-2000:]}"
@@ -116,21 +131,30 @@ def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
         pytest.skip(f"the run finished before the signal ({why})")  # too quick a machine
     assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), why
     assert "Traceback" not in stderr, why
-    after = (out / grows).read_text()
-    assert after.startswith(before), why  # every line stored at the signal is still there
+    _check_kept(out, before, why)  # every line stored at the signal is still there
     stored = read_jsonl(out / grows)
     if sig != signal.SIGKILL:  # the report, written from what finished
         _check_interrupted_report(command, out, stored, sig, why)
 
-    if sig == signal.SIGHUP or (sig == signal.SIGTERM and command != "soak"):
-        return  # (the resume after a TERM or HUP takes the path it takes after a KILL)
+    if sig == signal.SIGHUP and command in ("ab", "matrix"):
+        return  # (their resume after a HUP takes the path it takes after a TERM)
     # (a 1 s soak on a busy machine may judge its ops/s trend FAIL: not what is tested here)
     extra = ["--report-only"] if command == "soak" else []
-    resumed = _hakbench([command, "--resume", str(out), *extra], scratch, text=True)
+    resumed = _hakbench([name, "--resume", str(out), *extra], scratch, text=True)
     stdout, stderr = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, f"{why}\nresume: {stderr[-2000:]}"
-    assert (out / grows).read_text().startswith(before), why
+    _check_kept(out, before, why)
     _check_complete(command, out, why)
+
+
+def _stored_lines(out: Path) -> dict:
+    """The complete lines of every JSONL file of a run directory (and of its trials' own)."""
+    return {p: _complete_lines(p) for p in out.rglob("*.jsonl")}
+
+
+def _check_kept(out: Path, before: dict, why: str) -> None:
+    for path, lines in before.items():
+        assert path.read_text().startswith(lines), f"{path.relative_to(out)} lost lines; {why}"
 
 
 def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -> None:
@@ -152,6 +176,14 @@ def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -
         kept = len(read_jsonl(trials)) if trials.exists() else 0
         assert c["trials_done"] == kept, why
         assert not c["interrupted"] or "**Interrupted**" in (out / "report.md").read_text(), why
+    elif command == "calibrate-sequential":
+        doc = json.loads((out / "sequential.json").read_text())
+        assert doc["trials_done"] == len(stored), why
+        assert sum(c["trials"] for c in doc["conditions"]) == len(stored), why
+        assert not doc["interrupted"] or f"**Interrupted** by {name}" in _report(out), why
+    elif command == "calibrate-run-length":
+        doc = json.loads((out / "run_length.json").read_text())
+        assert not doc["interrupted"] or f"**Interrupted** by {name}" in _report(out), why
     else:
         summary = json.loads((out / "summary.json").read_text())
         assert summary["runs"][0]["epochs"] == len(stored), why
@@ -159,11 +191,19 @@ def _check_interrupted_report(command, out: Path, stored: list, sig, why: str) -
             assert f"Interrupted by {name}" in (out / "report.md").read_text(), why
 
 
+def _report(out: Path) -> str:
+    return (out / "report.md").read_text()
+
+
 def _check_complete(command, out: Path, why: str) -> None:
-    samples = read_jsonl(out / "samples.jsonl") if command != "soak" else []
-    keys = [engine.key(s) for s in samples]
-    assert len(keys) == len(set(keys)), why  # no slot measured twice
-    assert [s["seq"] for s in samples] == list(range(len(samples))), why
+    for path in out.rglob("*.jsonl"):  # samples, trials, a trial's own samples
+        if path.name == "epochs.jsonl":
+            continue
+        samples = read_jsonl(path)
+        keys = [engine.key(s) for s in samples]
+        assert len(keys) == len(set(keys)), f"{path}: a slot measured twice; {why}"
+        assert [s["seq"] for s in samples] == list(range(len(samples))), why
+    samples = read_jsonl(out / "samples.jsonl") if (out / "samples.jsonl").exists() else []
     if command == "ab":
         assert len(samples) == 2 * (AB_RUNS + 1), why
         meta = json.loads((out / "meta.json").read_text())
@@ -175,6 +215,19 @@ def _check_complete(command, out: Path, why: str) -> None:
         c = json.loads((out / "calibration.json").read_text())
         assert not c["interrupted"] and c["trials_done"] == 8, why
         assert len(samples) == 8 * 12, why
+    elif command == "calibrate-sequential":
+        doc = json.loads((out / "sequential.json").read_text())
+        assert not doc["interrupted"] and doc["trials_done"] == 2, why
+        trials = read_jsonl(out / "trials.jsonl")
+        assert sorted(t["trial"] for t in trials) == [1, 2], why
+        for t in trials:  # each trial's ab finished (a cut one resumed in its own directory)
+            assert json.loads((Path(t["out"]) / "meta.json").read_text())["finished"], why
+    elif command == "calibrate-run-length":
+        doc = json.loads((out / "run_length.json").read_text())
+        assert not doc["interrupted"], why
+        [entry] = doc["workloads"].values()
+        assert [p["pairs"] for p in entry["points"]] == [RL_PAIRS, RL_PAIRS], why
+        assert len(samples) == 2 * 2 * RL_PAIRS, why
     else:
         summary = json.loads((out / "summary.json").read_text())
         assert not summary["interrupted"] and summary["runs"][0]["status"] == "complete", why
@@ -216,6 +269,36 @@ def test_session_reuses_stored_samples_and_never_stores_a_cut_one(tmp_path):
     with interrupts.installed(), pytest.raises(interrupts.Interrupted):
         again.take({**tags, "round": 1}, cut)
     assert len(store.samples()) == 1  # the cut sample was not stored
+
+
+def test_parts_of_a_killed_sample_are_kept_and_a_torn_one_cut(tmp_path):
+    """A soak's epochs are parts of its running sample: each stored as it arrives, so a kill
+    keeps them; the line a kill tore is cut before the next part is appended."""
+    (tmp_path / "epochs.jsonl").write_text('{"epoch": 1}\n{"epo')  # killed mid-write
+    seen = []
+    session = engine.Session(RunStore(tmp_path), on_part=seen.append)
+    session.part("epochs", {"epoch": 2})
+    assert read_jsonl(tmp_path / "epochs.jsonl") == [{"epoch": 1}, {"epoch": 2}]
+    assert seen == [{"epoch": 2}] and session.store.parts("epochs")[-1] == {"epoch": 2}
+
+
+def test_a_nested_slot_is_stored_once_and_not_when_cut(tmp_path):
+    """A slot whose run is itself a run of the engine (a calibration trial): the stop reaches
+    its own samples, and a cut one is not stored; a finished one is reused on resume."""
+    trials = engine.Session(RunStore(tmp_path, name="trials.jsonl"))
+    inner = engine.Session(RunStore(tmp_path))
+    tags = {"phase": "trial", "cell": "A/A", "trial": 1}
+
+    def trial() -> dict:
+        inner.take({"phase": "measure", "round": 0}, lambda: {"status": "ok"})
+        raise KeyboardInterrupt  # the stop came during its second sample
+
+    with pytest.raises(KeyboardInterrupt):
+        trials.take(tags, trial, nested=True)
+    assert not (tmp_path / "trials.jsonl").exists() and len(inner.store.samples()) == 1
+    trials.take(tags, lambda: {"verdict": "NEUTRAL"}, nested=True)
+    again = engine.Session(RunStore(tmp_path, name="trials.jsonl"), stored=trials.store.samples())
+    assert again.take(tags, lambda: pytest.fail("run again"), nested=True)["verdict"] == "NEUTRAL"
 
 
 def test_resume_refuses_another_tree_build_profile_or_machine(tmp_path):
@@ -327,6 +410,23 @@ def test_an_interrupted_gate_keeps_and_judges_what_it_measured(scratch, tmp_path
     assert json.loads((results / "scorecard" / "gate.json").read_text())  # untouched
 
 
+def _refused_elsewhere(argv: list[str], monkeypatch) -> None:
+    """``argv`` (a --resume) on another machine, then another source tree: one line, exit 2."""
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+
+    for name, patch in (
+        ("machine", lambda: "0123456789ab"),
+        ("source tree", lambda exclude=None: {"commit": "elsewhere", "dirty": "0"}),
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(engine, "fingerprint" if name == "machine" else "tree_state", patch)
+            r = CliRunner().invoke(main, argv)
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and f"the {name}" in lines[0], r.output
+
+
 @needs_harness
 def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_path, monkeypatch):
     from click.testing import CliRunner
@@ -337,15 +437,34 @@ def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_pat
     out = tmp_path / "ab"
     argv = ["ab", "-a", "system", "-w", "mixed_short", "--runs", "2", "--perf", "off"]
     assert CliRunner().invoke(main, [*argv, "--out", str(out)]).exit_code == 0
-    for name, patch in (
-        ("machine", lambda: "0123456789ab"),
-        ("source tree", lambda exclude=None: {"commit": "elsewhere", "dirty": "0"}),
-    ):
-        with monkeypatch.context() as m:
-            m.setattr(engine, "fingerprint" if name == "machine" else "tree_state", patch)
-            r = CliRunner().invoke(main, ["ab", "--resume", str(out)])
-        lines = [x for x in r.output.splitlines() if x.strip()]
-        assert r.exit_code == 2 and len(lines) == 1 and f"the {name}" in lines[0], r.output
+    _refused_elsewhere(["ab", "--resume", str(out)], monkeypatch)
+
+
+@needs_harness
+@pytest.mark.parametrize("kind", ["calibrate-sequential", "calibrate-run-length"])
+def test_a_calibration_resume_elsewhere_is_one_line_exit_2(kind, scratch, tmp_path, monkeypatch):
+    """calibrate --sequential and --run-length resume like the others: refused in one line,
+    exit 2, on another machine or tree (the stored run is made as the command makes it)."""
+    from hakbench.core.cell import make_cell
+
+    monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
+    out = tmp_path / kind
+    cell = make_cell("system", "mixed_short")
+    key, params = {
+        "calibrate-sequential": (
+            "sequential",
+            {"allocator": "system", "workload": "mixed_short", "profile": "C7_SAFE",
+             "warmup": 1, "trials": 1, "seed": 1, "conditions": ["0@1"], "max_time_s": 1.0},
+        ),
+        "calibrate-run-length": (
+            "run_length",
+            {"allocator": "system", "workloads": ["mixed_short"], "profile": "C7_SAFE",
+             "pairs": 6, "warmup": 0, "threshold": 1.0, "seed": 1, "fractions": [1.0]},
+        ),
+    }[kind]  # fmt: skip
+    engine.open_run(out, {"kind": kind, key: params}, resume=False, ident=engine.identity([cell]))
+    _refused_elsewhere(["calibrate", "--resume", str(out)], monkeypatch)
+    assert not (out / "samples.jsonl").exists() and not (out / "trials.jsonl").exists()
 
 
 @needs_harness

@@ -250,12 +250,9 @@ def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> 
     click.echo(f"seed {result.spec.seed} (--seed {result.spec.seed} replays the pair order)")
     click.echo(str(result.out))
     if result.interrupted:
-        click.echo(
-            f"hakbench: interrupted by {result.stopped_by}; finished samples are in "
-            f"{result.out}; continue with: hakbench ab --resume {result.out}",
-            err=True,
+        interrupts.exit_stopped(
+            f"finished samples are in {result.out}", f"hakbench ab --resume {result.out}"
         )
-        sys.exit(interrupts.exit_code())
     if all(c.n_pairs == 0 for c in result.primary()):
         raise MeasurementError(f"no complete pair for any workload; see {result.out}/report.md")
     verdicts = {c.verdict for c in result.primary()}

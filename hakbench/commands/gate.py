@@ -99,14 +99,12 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         )
     except KeyboardInterrupt:
         progress.close()
-        click.echo(
-            f"\ninterrupted by {interrupts.describe()} after {len(done)} of {len(cells)} cells; "
-            f"their runs are in {out}; the baseline was left as it was",
-            err=True,
-        )
         if baseline is not None and done:  # what finished, judged
             click.echo(g.table(g.compare(spec, baseline["cells"], done)))
-        sys.exit(interrupts.exit_code())
+        interrupts.exit_stopped(
+            f"{len(done)} of {len(cells)} cells measured, their runs in {out}; "
+            "the baseline was left as it was"
+        )
     progress.close()
     seconds = time.monotonic() - started
     if refresh:

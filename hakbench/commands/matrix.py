@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -109,11 +108,9 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
         click.echo("", err=True)
         if (out_dir / "meta.json").exists():
             print_summaries(matrix.write_dir_summary(out_dir))
-        click.echo(
-            f"interrupted by {interrupts.describe()}; finished samples are in {out_dir}", err=True
+        interrupts.exit_stopped(
+            f"finished samples are in {out_dir}", f"hakbench matrix --resume {out_dir}"
         )
-        click.echo(f"continue with: hakbench matrix --resume {out_dir}", err=True)
-        sys.exit(interrupts.exit_code())
     for s in run.skipped:
         click.echo(f"note: skipped {s.label}: {s.reason}", err=True)
     if run.reused:

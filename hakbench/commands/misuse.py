@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from hakbench.core.errors import EXIT_INTERRUPTED, MeasurementError
+from hakbench.core.errors import MeasurementError
+from hakbench.engine import interrupts
 from hakbench.engine.meta import collect_meta, command_line
-from hakbench.engine.progress import Progress
 from hakbench.engine.store import default_run_dir
 from hakbench.experiments import misuse
 from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
-from hakbench.tables.misuse_model import counts, row_of
+from hakbench.tables.misuse_model import counts
 
 
 @click.command("misuse")
@@ -79,25 +78,11 @@ def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout):
     if not targets:
         raise MeasurementError("no allocator to run: every one asked for is unavailable")
     out = out or default_run_dir("misuse")
-    bar = Progress(len(targets) * len(chosen) * runs, "misuse")
-
-    def on_record(done, total, record):
-        outcome = row_of(record)["outcome"]
-        bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
-
     run = misuse.run_misuse(
-        targets,
-        chosen,
-        out,
-        runs=runs,
-        skipped=skipped,
-        meta=collect_meta(command_line()),
-        on_record=on_record,
+        targets, chosen, out, runs=runs, skipped=skipped, meta=collect_meta(command_line())
     )
-    bar.close()
     if run.interrupted:
-        click.echo(f"interrupted; {out} holds what finished", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        interrupts.exit_stopped(f"{out} holds what finished")
     for line in [*counts_lines(run.rows), "", *missed_lines(run.rows)]:
         click.echo(line)
     click.echo("")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import click
@@ -91,7 +90,7 @@ def run_cmd(
         click.echo("  unavailable here: " + ", ".join(r.unavailable()))
     click.echo(str(r.out))
     if r.interrupted:
-        sys.exit(interrupts.exit_code())
+        interrupts.exit_stopped(f"finished samples are in {r.out}")
     if not r.ok:
         raise MeasurementError(f"no run of {cell.label} succeeded; see {r.out}")
 

@@ -12,7 +12,7 @@ from hakbench.core import paths
 from hakbench.core.errors import EXIT_GATE, UsageError
 from hakbench.engine import interrupts
 from hakbench.engine.meta import command_line
-from hakbench.engine.progress import Progress, progress_reporter
+from hakbench.engine.progress import progress_reporter
 from hakbench.experiments import scorecard
 
 
@@ -79,9 +79,7 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
         started = time.monotonic()
         try:
             if misuse:
-                run_dir = scorecard.refresh_misuse(
-                    results, command=command_line(), on_record=_probe_progress()
-                )
+                run_dir = scorecard.refresh_misuse(results, command=command_line())
             else:
                 run_dir = scorecard.refresh(
                     results,
@@ -93,26 +91,11 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
                     apps=apps,
                 )
         except KeyboardInterrupt:
-            click.echo("\ninterrupted; the stored scorecard was left as it was", err=True)
-            sys.exit(interrupts.exit_code())
+            interrupts.exit_stopped("the stored scorecard was left as it was")
         click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
     else:
         scorecard.render(results)
     click.echo(f"wrote {results / scorecard.MD_NAME} and the files beside it")
-
-
-def _probe_progress():
-    """A progress bar over the misuse probes, made at the first record (its total)."""
-    state: dict = {}
-
-    def on_record(done: int, total: int, record: dict) -> None:
-        if done == 1:
-            state["bar"] = Progress(total, "misuse probes")
-        state["bar"].step(True, f"{record['label']} {record['pattern']}")
-        if done == total:
-            state["bar"].close()
-
-    return on_record
 
 
 COMMANDS = [scorecard_cmd]

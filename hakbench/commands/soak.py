@@ -209,12 +209,9 @@ def _soak_and_report(plan: soak.SoakPlan, out: Path, report_only: bool, *, resum
             click.echo(f"  {line}")
     click.echo(f"report: {out / 'report.md'}")
     if session.interrupted:
-        click.echo(
-            f"hakbench soak: interrupted by {interrupts.describe()}; continue with: "
-            f"hakbench soak --resume {out}",
-            err=True,
+        interrupts.exit_stopped(
+            f"the report is {out / 'report.md'}", f"hakbench soak --resume {out}"
         )
-        sys.exit(interrupts.exit_code())
     broken = [r for r in session.runs if r.status != "complete"]
     if broken:
         raise MeasurementError(f"{broken[0].target.label}: {broken[0].cause}")

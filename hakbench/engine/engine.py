@@ -61,10 +61,12 @@ class Session:
         *,
         stored: Iterable[dict] = (),
         on_sample: Callable[[dict], None] | None = None,
+        on_part: Callable[[dict], None] | None = None,
     ):
         _import_whole()
         self.store = store
         self.on_sample = on_sample
+        self.on_part = on_part
         self._stored = {key(s): s for s in stored}
         self.reused = 0
         self.ran = 0
@@ -72,9 +74,14 @@ class Session:
     def stored(self, tags: dict) -> dict | None:
         return self._stored.get(key(tags))
 
-    def take(self, tags: dict, run: Callable[[], dict]) -> dict:
+    def take(self, tags: dict, run: Callable[[], dict], *, nested: bool = False) -> dict:
         """The sample of the slot ``tags`` (the fields it is stored with): the stored one,
-        or ``run()``'s, tagged and stored the moment it finishes."""
+        or ``run()``'s, tagged and stored the moment it finishes.
+
+        ``nested``: ``run`` is itself a run of the engine (a calibration trial: a whole ab,
+        or trials of pairs taken through a Session of their own), so a stop must reach its
+        own samples; it runs outside a deferred section and raises KeyboardInterrupt when a
+        stop cut it (then nothing is stored here), and only storing its result is deferred."""
         old = self._stored.pop(key(tags), None)
         if old is not None:
             self.reused += 1
@@ -82,16 +89,40 @@ class Session:
                 self.on_sample(old)
             return old
         cut_before = interrupts.stops()
-        with interrupts.deferred():
+        if nested:
             sample = run()
+        with interrupts.deferred():
+            if not nested:
+                sample = run()
             sample.update(tags)
-            if interrupts.stops() != cut_before:
+            if not nested and interrupts.stops() != cut_before:
                 return sample  # its process was stopped by the signal: not a finished sample
             self.store.append(sample)
             self.ran += 1
             if self.on_sample:
                 self.on_sample(sample)
         return sample
+
+    def part(self, name: str, row: dict) -> dict:
+        """A part of the sample being run (a soak's epoch), stored in ``name``.jsonl the moment
+        it arrives (flushed): a sample that a stop or a kill cuts keeps what it showed."""
+        self.store.append_part(name, row)
+        if self.on_part:
+            self.on_part(row)
+        return row
+
+
+def take_slots(session: Session, slots, cell_of, run, **tags) -> list[dict]:
+    """The samples of ``hakbench.engine.schedule`` A/B slots through ``session``, each tagged
+    with its slot (phase, side, pair, round, workload), its cell's key and ``tags``;
+    ``cell_of(slot)`` is its cell, ``run(cell, slot)`` takes its sample."""
+    out = []
+    for slot in slots:
+        cell = cell_of(slot)
+        slot_tags = {"cell": cell.key, "workload": slot.workload, "phase": slot.phase}
+        slot_tags.update(side=slot.side, pair=slot.pair, round=slot.round, **tags)
+        out.append(session.take(slot_tags, lambda cell=cell, slot=slot: run(cell, slot)))
+    return out
 
 
 def _import_whole() -> None:
@@ -203,14 +234,21 @@ def stored_meta(out: Path, kind: str, flag: str = "--resume") -> dict:
 
 
 def open_run(
-    out: Path, meta: dict, *, resume: bool, ident: dict, flag: str = "--resume"
+    out: Path,
+    meta: dict,
+    *,
+    resume: bool,
+    ident: dict,
+    flag: str = "--resume",
+    name: str = "samples.jsonl",
 ) -> tuple[RunStore, dict, list[dict]]:
-    """(store, meta, stored samples) of a run directory. Fresh: refuses one holding samples,
-    records ``ident`` in meta.json. Resumed: the stored meta (its spec and seed rule), after
-    ``check_identity``; the call is listed under ``resumed``."""
+    """(store, meta, stored samples) of a run directory whose samples file is ``name``.
+    Fresh: refuses one holding samples, records ``ident`` in meta.json. Resumed: the stored
+    meta (its spec and seed rule), after ``check_identity``; the call is listed under
+    ``resumed``."""
     out = Path(out)
     if not resume:
-        store = RunStore(out, fresh=True)
+        store = RunStore(out, fresh=True, name=name)
         meta["identity"] = ident
         store.write_meta(meta)
         return store, meta, []
@@ -219,6 +257,6 @@ def open_run(
     stored.setdefault("resumed", []).append(
         {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "how": flag}
     )
-    store = RunStore(out)
+    store = RunStore(out, name=name)
     store.write_meta(stored)
     return store, stored, store.samples()

@@ -28,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from hakbench.core.errors import EXIT_INTERRUPTED
 
@@ -160,6 +162,15 @@ def signal_name(signum: int | None = None) -> str:
 def exit_code() -> int:
     """128 + the stop signal received (130 when none was seen: a plain KeyboardInterrupt)."""
     return 128 + _state.received if _state.received else EXIT_INTERRUPTED
+
+
+def exit_stopped(what: str, resume: str | None = None) -> NoReturn:
+    """End a command that a stop signal cut, once its report of what finished is written:
+    one line on stderr, ``hakbench: interrupted by SIGTERM; <what>[; continue with:
+    <resume>]``, and exit 128 + the signal (every measuring command ends so)."""
+    line = f"hakbench: interrupted by {describe()}; {what}"
+    print(line + (f"; continue with: {resume}" if resume else ""), file=sys.stderr, flush=True)
+    raise SystemExit(exit_code())
 
 
 def describe() -> str:

@@ -151,18 +151,28 @@ SYNC_EVERY_S = 1.0  # RunStore fsyncs samples.jsonl at most this often
 
 
 class RunStore:
-    """One results directory: samples.jsonl (one line per process, flushed at once, fsynced
-    at most every ``SYNC_EVERY_S``) and meta.json."""
+    """One results directory: the samples file (``samples.jsonl`` unless ``name`` says
+    otherwise: a calibration's ``trials.jsonl``, misuse's ``probes.jsonl``; one line per
+    sample, flushed at once, fsynced at most every ``SYNC_EVERY_S``), the parts files of
+    samples that stream (a soak's ``epochs.jsonl``, same rule) and meta.json."""
 
-    def __init__(self, path: Path | str, *, fresh: bool = False):
+    def __init__(self, path: Path | str, *, fresh: bool = False, name: str = "samples.jsonl"):
         """``fresh``: refuse a directory that already holds samples, so two runs never mix."""
         self.path = Path(path)
-        self.samples_path = self.path / "samples.jsonl"
+        self.samples_path = self.path / name
         if fresh and self.samples_path.exists():
-            raise UsageError(f"{self.path} already holds samples.jsonl; choose another --out")
+            raise UsageError(f"{self.path} already holds {name}; choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
         self._seq = _drop_torn_tail(self.samples_path)  # a seq is never reused
         self._synced = -float("inf")
+        self._parts_opened: set[Path] = set()
+
+    def _append(self, path: Path, row: dict) -> None:
+        now = time.monotonic()
+        sync = now - self._synced >= SYNC_EVERY_S
+        append_jsonl(path, row, sync=sync)
+        if sync:
+            self._synced = now
 
     def append(self, sample: dict) -> dict:
         """Give the sample its ``seq`` and write it (flushed; fsynced when the last fsync is
@@ -170,12 +180,20 @@ class RunStore:
         sample.setdefault("run_id", self.path.name)
         sample["seq"] = self._seq
         self._seq += 1
-        now = time.monotonic()
-        sync = now - self._synced >= SYNC_EVERY_S
-        append_jsonl(self.samples_path, sample, sync=sync)
-        if sync:
-            self._synced = now
+        self._append(self.samples_path, sample)
         return sample
+
+    def append_part(self, name: str, row: dict) -> None:
+        """One row of ``name``.jsonl, a part of a sample still running (a soak's epoch)."""
+        path = self.path / f"{name}.jsonl"
+        if path not in self._parts_opened:  # a torn tail of a killed run is cut first
+            _drop_torn_tail(path)
+            self._parts_opened.add(path)
+        self._append(path, row)
+
+    def parts(self, name: str) -> list[dict]:
+        path = self.path / f"{name}.jsonl"
+        return read_jsonl(path) if path.exists() else []
 
     def samples(self) -> list[dict]:
         return load_samples(self.samples_path) if self.samples_path.exists() else []

@@ -57,7 +57,7 @@ def history_lines(meta: dict) -> list[str]:
 
 
 def write_outputs(result: ABResult, samples: list[dict]) -> None:
-    from hakbench.experiments.calibrate import calibration_line
+    from hakbench.experiments.calibration import calibration_line
     from hakbench.report.markdown import write_ab_report
     from hakbench.report.plots import plot_paired_ratios
 

@@ -155,7 +155,7 @@ def noise_warning_for(spec: ABSpec) -> str | None:
     Calibration measures the noise of throughput pairs, so other metrics get no warning."""
     if spec.metric != "throughput" or spec.sequential:
         return None  # a sequential A/B says INCONCLUSIVE itself when the noise is too high
-    from hakbench.experiments.calibrate import noise_warning
+    from hakbench.experiments.calibration import noise_warning
 
     return noise_warning(spec.threshold_pct, spec.pairs)
 

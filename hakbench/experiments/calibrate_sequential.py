@@ -41,14 +41,14 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 from hakbench.core.errors import UsageError
 from hakbench.engine.schedule import complete_pairs
-from hakbench.experiments import calibrate as cal
-from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S
+from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S, ABSpec
 from hakbench.stats import sequential as seq
-from hakbench.stats.stats import GO, NEUTRAL, NO_GO
+from hakbench.stats.stats import GO, NEUTRAL, NO_GO, robust_sd, wilson_ci
 
 # Side A of the slowdowns runs one op per burst, so both sides run the same chunked loop and
 # B - A is the burst alone (docs/measuring.md, "The injected cost").
@@ -141,35 +141,122 @@ def run(
     conditions: Sequence[str] = DEFAULT_CONDITIONS,
     *,
     trials: int,
-    out,
+    out: Path,
     seed: int = 1,
-    on_trial: Callable[[SeqTrial, int, int], None] | None = None,
-) -> list[SeqTrial]:
+    trial_slots,
+) -> tuple[list[SeqTrial], bool]:
     """Every trial of every condition, each a default ``ab`` built by ``make_spec(K,
-    threshold, seed, KA)`` into ``out``/trials/; Ctrl-C ends it after the finished trials."""
+    threshold, seed, KA)`` into ``out``/trials/, each a nested slot of the engine
+    (``trial_slots``: ``calibrate.trial_session``): a stored trial is kept, the trial a stop
+    or a kill cut is resumed in its own directory (``run_ab(resume=True)``: its pairs kept,
+    its sequence replayed). (trials done, whether a stop ended it)."""
     from hakbench.experiments.ab import run_ab
 
     parsed = {c: parse_condition(c) for c in conditions}
-    order = plan(list(conditions), trials, seed)
     done: list[SeqTrial] = []
     try:
-        for n, (c, i) in enumerate(order, 1):
-            k, threshold, ka = parsed[c]
-            t0 = time.monotonic()
-            result = run_ab(
-                make_spec(k, threshold, seed * 100003 + n, ka),
-                out / "trials" / f"{n:03d}-{c.replace('@', 'at')}",
-                show_progress=False,
-            )
-            if result.interrupted:
-                raise KeyboardInterrupt
-            t = trial_of(result, c, i, time.monotonic() - t0)
-            done.append(t)
-            if on_trial:
-                on_trial(t, n, len(order))
+        for n, (c, i) in enumerate(plan(list(conditions), trials, seed), 1):
+
+            def one(c=c, i=i, n=n) -> dict:
+                k, threshold, ka = parsed[c]
+                where = out / "trials" / f"{n:03d}-{c.replace('@', 'at')}"
+                t0 = time.monotonic()
+                result = run_ab(
+                    make_spec(k, threshold, seed * 100003 + n, ka),
+                    where,
+                    show_progress=False,
+                    resume=(where / "meta.json").exists(),
+                )
+                if result.interrupted:
+                    raise KeyboardInterrupt
+                return asdict(trial_of(result, c, i, time.monotonic() - t0))
+
+            record = trial_slots.take({"phase": "trial", "cell": c, "trial": n}, one, nested=True)
+            done.append(SeqTrial(**{f.name: record[f.name] for f in fields(SeqTrial)}))
     except KeyboardInterrupt:
-        pass
-    return done
+        return done, True
+    return done, False
+
+
+def run_calibration(cell, out: Path, params: dict, *, resume: bool, command=None) -> dict:
+    """``calibrate --sequential`` of ``cell`` into ``out`` through the engine (``--resume``:
+    the one ``out`` holds, with its own ``params``, finished): trials.jsonl, the trials'
+    ab directories, sequential.json, meta.json and report.md. Returns sequential.json's
+    document."""
+    from hakbench.engine import engine, interrupts
+    from hakbench.engine.load import LoadMonitor
+    from hakbench.engine.meta import collect_meta, fingerprint, machine
+    from hakbench.engine.progress import Progress
+    from hakbench.engine.store import write_json
+    from hakbench.experiments import calibrate as cal
+
+    out = Path(out)
+    if not resume and (out / cal.TRIALS_FILE).exists():
+        raise UsageError(f"{out} already holds {cal.TRIALS_FILE}; choose another --out")
+    meta = collect_meta(command, kind="calibrate-sequential", cell=cell.key, sequential=params)
+    _, meta, _ = engine.open_run(out, meta, resume=resume, ident=engine.identity([cell], out))
+    p = meta["sequential"]
+    conditions = tuple(p["conditions"])
+    progress = Progress(p["trials"] * len(conditions), f"calibrate --sequential {p['workload']}")
+
+    def step(t: dict) -> None:
+        note = f"{t['condition']}: {t['verdict']} in {t['seconds']:.0f} s"
+        progress.step(ok=t["failed"] == 0, note=note)
+
+    def make_spec(k, threshold, trial_seed, ka):
+        """A default ``ab`` of the cell, side B with --extra-ops K, side A KA."""
+        return ABSpec(
+            profile=p["profile"],
+            allocator=p["allocator"],
+            workloads=(p["workload"],),
+            threshold_pct=threshold,
+            max_time_s=p["max_time_s"],
+            warmup_pairs=p["warmup"],
+            seed=trial_seed,
+            extra_ops=k,
+            baseline_extra_ops=ka,
+        )
+
+    with LoadMonitor() as load:
+        done, interrupted = run(
+            make_spec,
+            conditions,
+            trials=p["trials"],
+            out=out,
+            seed=p["seed"],
+            trial_slots=cal.trial_session(out, step),
+        )
+    progress.close()
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        rows = summarize(done)
+        doc = {
+            "workload": p["workload"],
+            "allocator": cell.allocator_label,
+            "profile": cell.profile,
+            "max_time_s": p["max_time_s"],
+            "max_pairs": DEFAULT_MAX_PAIRS,
+            "iterations": sorted({t.iterations for t in done}),
+            "trials": p["trials"],
+            "trials_done": len(done),
+            "seed": p["seed"],
+            "interrupted": interrupted,
+            "machine": machine(),
+            "fingerprint": fingerprint(),
+            "load": load.result,
+            "conditions": rows,
+        }
+        write_json(out / "sequential.json", doc)
+        lines = report_lines(rows, max_time_s=p["max_time_s"], max_pairs=DEFAULT_MAX_PAIRS)
+        lines += ["", "Run length: " + "; ".join(doc["iterations"])]
+        if interrupted:
+            lines += [
+                "",
+                f"**Interrupted** by {interrupts.describe()} after {len(done)} of "
+                f"{p['trials'] * len(conditions)} trials: finish with "
+                f"`hakbench calibrate --resume {out}`",
+            ]
+        doc["report"] = cal.write_report(out, meta, lines, load.result)
+    return doc
 
 
 def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTrial:
@@ -225,7 +312,7 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
         # A/A: GO or NO-GO is false; K > 0: NO-GO is the right answer
         hits = counts[GO] + counts[NO_GO] if aa else counts[NO_GO]
         secs = [t.seconds for t in ts]
-        spreads = [cal.robust_sd(t.log_ratios) for t in ts if len(t.log_ratios) >= 2]
+        spreads = [robust_sd(t.log_ratios) for t in ts if len(t.log_ratios) >= 2]
         rows.append(
             {
                 "condition": c,
@@ -239,7 +326,7 @@ def summarize(trials: Sequence[SeqTrial]) -> list[dict]:
                 "verdicts": {v: counts[v] for v in VERDICTS},
                 "rate_name": "false GO/NO-GO" if aa else "NO-GO",
                 "rate": hits / n,
-                "rate_ci95": [round(x, 3) for x in cal.wilson_ci(hits, n)],
+                "rate_ci95": [round(x, 3) for x in wilson_ci(hits, n)],
                 "seconds_median": _quantile(secs, 0.5),
                 "seconds_p90": _quantile(secs, 0.9),
                 "call_seconds_median": _quantile([t.call_seconds or 0 for t in ts], 0.5),

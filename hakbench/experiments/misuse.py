@@ -20,7 +20,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +167,15 @@ class MisuseRun:
     interrupted: bool = False
 
 
+PROBES_FILE = "probes.jsonl"
+# what a record keeps (``run_probe``'s fields and the run's number): the engine's tags and
+# sequence numbers stay in the run directory's probes.jsonl, out of the scorecard's copy
+RECORD_FIELDS = (
+    *("label", "allocator", "variant", "pattern", "expect_impl", "returncode", "signal"),
+    *("timed_out", "wall_s", "stdout", "stderr", "run"),
+)
+
+
 def run_misuse(
     allocators: list[Allocator],
     patterns: list[str],
@@ -177,22 +186,24 @@ def run_misuse(
     runs: int = RUNS,
     skipped: list[dict] | None = None,
     meta: dict | None = None,
-    on_record: Callable[[int, int, dict], None] | None = None,
+    label: str | None = "misuse",
 ) -> MisuseRun:
-    """Every pattern ``runs`` times under every allocator, each record appended
-    to ``out/probes.jsonl`` as it ends; then ``misuse.csv``, ``misuse.md`` and
-    ``meta.json`` (``skipped``: allocators not run, ``{label, reason}``, for the report). A
-    Ctrl-C stops the run; the files are written from what finished and the result says
+    """Every pattern ``runs`` times under every allocator through the engine
+    (``hakbench.engine.engine.Session``: meta.json first, each record appended to
+    ``out/probes.jsonl`` as its process ends, one progress bar, labelled ``label``, None: no
+    bar); then ``misuse.csv``, ``misuse.md`` and ``meta.json`` (``skipped``: allocators not
+    run, ``{label, reason}``, for the report). A stop signal (``hakbench.engine.interrupts``)
+    ends the run; the files are written from what finished and the result says
     ``interrupted``."""
-    from hakbench.engine.store import append_jsonl, write_json, write_text
+    from hakbench.engine import engine, interrupts
+    from hakbench.engine.progress import Progress
+    from hakbench.engine.store import RunStore, write_json, write_text
     from hakbench.report.misuse_md import run_markdown
+    from hakbench.tables.misuse_model import row_of
 
-    out.mkdir(parents=True, exist_ok=True)
-    probes = out / "probes.jsonl"
-    if probes.exists():
-        raise UsageError(f"{out} already holds a misuse run (probes.jsonl); pick another --out")
-    records: list[dict] = []
-    total = len(allocators) * len(patterns) * runs
+    if (out / PROBES_FILE).exists():
+        raise UsageError(f"{out} already holds a misuse run ({PROBES_FILE}); pick another --out")
+    store = RunStore(out, fresh=True, name=PROBES_FILE)
     meta = dict(meta or {})
     meta.update(
         kind="misuse",
@@ -203,23 +214,39 @@ def run_misuse(
         runs=runs,
         skipped=list(skipped or []),
     )
+    store.write_meta(meta)
+    bar = Progress(len(allocators) * len(patterns) * runs, label) if label else None
+
+    def step(record: dict) -> None:
+        outcome = row_of(record)["outcome"]
+        bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
+
+    session = engine.Session(store, on_sample=step if bar else None)
+    records: list[dict] = []
     interrupted = False
     try:
         for alloc in allocators:
             for pattern in patterns:
                 for run in range(runs):
-                    record = run_probe(alloc, pattern, build=build, timeout=timeout)
-                    record["run"] = run
-                    append_jsonl(probes, record, sync=False)
-                    records.append(record)
-                    if on_record:
-                        on_record(len(records), total, record)
+                    tags = {"phase": "probe", "cell": alloc.label, "workload": pattern}
+                    record = session.take(
+                        {**tags, "round": run},
+                        lambda alloc=alloc, pattern=pattern, run=run: {
+                            **run_probe(alloc, pattern, build=build, timeout=timeout),
+                            "run": run,
+                        },
+                    )
+                    records.append({k: record[k] for k in RECORD_FIELDS})
     except KeyboardInterrupt:
         interrupted = True
-    rows = rows_of(records)
-    meta["interrupted"] = interrupted
-    meta["probes_run"] = len(records)
-    write_text(out / "misuse.csv", rows_csv(rows))
-    write_text(out / "misuse.md", run_markdown(rows, meta))
-    write_json(out / "meta.json", meta)
+    finally:
+        if bar:
+            bar.close()
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        rows = rows_of(records)
+        meta["interrupted"] = interrupted
+        meta["probes_run"] = len(records)
+        write_text(out / "misuse.csv", rows_csv(rows))
+        write_text(out / "misuse.md", run_markdown(rows, meta))
+        write_json(out / "meta.json", meta)
     return MisuseRun(out, records, rows, meta["skipped"], interrupted)

@@ -34,13 +34,16 @@ from pathlib import Path
 
 from hakbench.core.errors import UsageError
 from hakbench.core.profiles import Workload, resolve_workload
+from hakbench.engine import engine
+from hakbench.engine.meta import fingerprint, machine
 from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
 from hakbench.engine.store import read_json, write_json
-from hakbench.experiments import calibrate as cal
+from hakbench.experiments import calibration
 from hakbench.experiments.gate import scaled_workload
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
+from hakbench.stats.stats import robust_sd
 
 FILE = "run_length.json"
 DEFAULT_FRACTIONS = (0.125, 0.25, 0.5, 1.0)
@@ -132,8 +135,7 @@ def measure_workload(
     warmup: int = 1,
     seed: int = 1,
     timeout: float = 120.0,
-    on_sample: Callable[[dict], None] | None = None,
-    session=None,
+    session,
 ) -> list[dict]:
     """A/A pairs of every count, interleaved round by round (so a noisy stretch of the
     machine hits every count alike): per count its spread and wall seconds per pair (the
@@ -141,22 +143,72 @@ def measure_workload(
     ``make(workload)`` builds the cell. ``session`` (``hakbench.engine.engine.Session``): each
     sample stored in the run directory the moment it finishes (``workload`` = the count)."""
     cells = {str(i): make(with_iterations(workload, i)) for i in iters}
-    samples: list[dict] = []
-    for slot in ab_schedule(list(cells), pairs, warmup, seed):
-        cell = cells[slot.workload]
-        tags = {"cell": cell.key, "workload": slot.workload, "phase": slot.phase}
-        tags.update(side=slot.side, pair=slot.pair, round=slot.round)
 
-        def run(cell=cell, slot=slot) -> dict:
-            t0 = time.perf_counter()
-            s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout)
-            return {**s, "cost_s": time.perf_counter() - t0}
+    def run(cell, slot) -> dict:
+        t0 = time.perf_counter()
+        s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout)
+        return {**s, "cost_s": time.perf_counter() - t0}
 
-        s = session.take(tags, run) if session else {**run(), **tags}
-        samples.append(s)
-        if on_sample and not session:
-            on_sample(s)
+    slots = ab_schedule(list(cells), pairs, warmup, seed)
+    samples = engine.take_slots(session, slots, lambda slot: cells[slot.workload], run)
     return [point(workload.name, int(k), samples) for k in cells]
+
+
+def run_calibration(make, params: dict, out: Path, *, resume: bool, command=None) -> dict:
+    """``calibrate --run-length`` into ``out`` through the engine: the pairs of every
+    workload's counts, each sample stored as it finishes (``--resume``: the run ``out``
+    holds, with its own ``params``, finished from its stored samples); run_length.json
+    (and this machine's copy), meta.json and report.md. ``make(workload)`` builds a cell.
+    Returns the document, with ``interrupted`` when a stop ended it (then no choice is
+    recorded for the machine)."""
+    from hakbench.engine import interrupts
+    from hakbench.engine.load import LoadMonitor
+    from hakbench.engine.meta import collect_meta
+    from hakbench.engine.progress import Progress
+    from hakbench.experiments import calibrate as cal
+
+    meta = collect_meta(command, kind="calibrate-run-length", run_length=params)
+    ident = engine.identity([make(resolve_workload(w)) for w in params["workloads"]], out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident)
+    p = meta["run_length"]
+    wls = [resolve_workload(w) for w in p["workloads"]]
+    plans = [(w, counts(w, p["fractions"])) for w in wls]
+    total = sum(2 * (p["pairs"] + p["warmup"]) * len(c) for _, c in plans)
+    progress = Progress(total, "calibrate --run-length")
+    session = engine.Session(store, stored=stored, on_sample=engine.progress_step(progress))
+    entries = []
+    interrupted = False
+    with LoadMonitor() as load:
+        try:
+            for w, iters in plans:
+                points = measure_workload(
+                    make, w, iters, pairs=p["pairs"], warmup=p["warmup"], seed=p["seed"],
+                    session=session,
+                )  # fmt: skip
+                entries.append(workload_entry(w, points, p["threshold"]))
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        first = make(wls[0])
+        doc = document(
+            entries,
+            threshold_pct=p["threshold"],
+            pairs=p["pairs"],
+            cell={"allocator": first.allocator_label, "profile": first.profile},
+        )
+        doc["load"], doc["interrupted"] = load.result, interrupted
+        write(doc, out)
+        lines = report_lines(doc)
+        if interrupted:
+            lines += [
+                "",
+                f"**Interrupted** by {interrupts.describe()}: nothing recorded for the machine; "
+                f"finish with `hakbench calibrate --resume {out}`",
+            ]
+        doc["report"] = cal.write_report(out, meta, lines, load.result)
+    return doc
 
 
 def point(workload: str, iters: int, samples: Sequence[dict]) -> dict:
@@ -174,7 +226,7 @@ def point(workload: str, iters: int, samples: Sequence[dict]) -> dict:
         "iters": iters,
         "pairs": len(pairs),
         "failed": sum(s["status"] != "ok" for s in measured),
-        "spread": round(cal.robust_sd(logs), 6) if len(pairs) >= 2 else math.nan,
+        "spread": round(robust_sd(logs), 6) if len(pairs) >= 2 else math.nan,
         "seconds_per_pair": round(float(np.median(cost)), 4) if cost else math.nan,
     }
 
@@ -197,24 +249,26 @@ def document(entries: list[dict], *, threshold_pct: float, pairs: int, cell: dic
         "threshold_pct": threshold_pct,
         "pairs_per_count": pairs,
         "cell": cell,
-        "machine": cal.machine(),
-        "fingerprint": cal.fingerprint(),
+        "machine": machine(),
+        "fingerprint": fingerprint(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workloads": {e["workload"]: e for e in entries},
     }
 
 
 def machine_path(fp: str | None = None) -> Path:
-    return cal.machine_path(fp).with_name(FILE)
+    return calibration.machine_path(fp).with_name(FILE)
 
 
 def reference_path() -> Path:
-    return cal.reference_path().with_name(FILE)
+    return calibration.reference_path().with_name(FILE)
 
 
 def write(doc: dict, out: Path) -> Path:
-    """``out``/run_length.json, and this machine's copy that ``chosen_iterations`` reads."""
-    write_json(machine_path(doc["fingerprint"]), doc)
+    """``out``/run_length.json, and (a finished run) this machine's copy that
+    ``chosen_iterations`` reads."""
+    if not doc.get("interrupted"):
+        write_json(machine_path(doc["fingerprint"]), doc)
     return write_json(out / FILE, doc)
 
 

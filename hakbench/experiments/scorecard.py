@@ -284,7 +284,7 @@ def misuse_section(results: Path, out: Path) -> tuple[str, Path]:
     return scorecard_section(rows, meta, MISUSE_DIR), table
 
 
-def refresh_misuse(results: Path, *, command=None, on_record=None) -> Path:
+def refresh_misuse(results: Path, *, command=None) -> Path:
     """Run every misuse pattern under the default allocators (hakmem once per variant of
     ``misuse.HAKMEM_VARIANTS``), store the records in ``results/misuse/`` and regenerate.
     The stored section is replaced only when the run finished and some probe ran."""
@@ -303,7 +303,7 @@ def refresh_misuse(results: Path, *, command=None, on_record=None) -> Path:
         run_dir,
         skipped=skipped,
         meta=collect_meta(command),
-        on_record=on_record,
+        label="misuse probes",
     )
     if run.interrupted:
         raise KeyboardInterrupt

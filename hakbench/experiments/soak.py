@@ -7,9 +7,11 @@ from ``/proc/PID/stat``). At the end come the allocator's own counters (libhakme
 not disturbed, the syscall budget. Runs go one after another, never two at once: two soaks
 sharing two cores would measure each other.
 
-Nothing measured is lost: meta.json (with the plan) is written before the first process
-starts, every epoch is appended to ``epochs.jsonl`` the moment its line arrives, and each
-finished process (and its syscall pass) to ``runs.jsonl``. A crash, or a stop signal
+Nothing measured is lost, and the engine (``hakbench.engine.engine``) keeps it as it keeps
+every command's samples: meta.json (with the plan) is written before the first process
+starts, each process is one slot of ``Session.take`` whose epochs are its parts
+(``Session.part``: ``epochs.jsonl``, each appended the moment its line arrives), and each
+finished process (and its strace pass) is a sample of ``samples.jsonl``. A crash, or a stop signal
 (SIGINT, SIGTERM, SIGHUP: ``hakbench.engine.interrupts``, which ends the running soak process
 gently with SIGTERM so it prints its summary), ends the soak early with its report written
 from what finished. After a SIGKILL (or any stop) ``soak --resume DIR`` continues: the
@@ -46,7 +48,7 @@ from hakbench.core.profiles import resolve_workload
 from hakbench.engine import engine, interrupts
 from hakbench.engine.load import LoadMonitor
 from hakbench.engine.meta import collect_meta
-from hakbench.engine.store import append_jsonl, read_jsonl, write_json
+from hakbench.engine.store import write_json
 from hakbench.stats import soakstats
 
 SOAK_PROGRAM = "bench_soak"
@@ -639,8 +641,8 @@ def failed_verdicts(summary: dict) -> list[str]:
 
 # ---- a whole soak ----
 
-EPOCHS_FILE = "epochs.jsonl"  # every epoch as it arrives: target, attempt, the row
-RUNS_FILE = "runs.jsonl"  # every finished process ("run") and syscall pass ("syscall_pass")
+EPOCHS = "epochs"  # epochs.jsonl: every epoch as it arrives (a part of its process's sample)
+# what a process's sample keeps: its end, its target and attempt; the epochs are its parts
 RUN_FIELDS = ("status", "cause", "returncode", "stderr_tail", "harness", "alloc_stats")
 RUN_FIELDS += ("argv", "wall_s", "pid")
 
@@ -665,15 +667,10 @@ def soak_identity(plan: SoakPlan, out: Path | None = None) -> dict:
     return engine.identity_of(files, {t.label: t.env for t in plan.targets}, out)
 
 
-def _stored(out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(epoch rows, run records) already in a soak directory."""
-    read = [out_dir / f for f in (EPOCHS_FILE, RUNS_FILE)]
-    return tuple(read_jsonl(f) if f.exists() else [] for f in read)
-
-
 def _restored(target: SoakTarget, record: dict, epochs: list[dict]) -> SoakRun:
-    """A finished process of an earlier call, from its stored record and epochs."""
-    return _with_counters(SoakRun(target, epochs=epochs, **{k: record.get(k) for k in RUN_FIELDS}))
+    """A finished process, from its stored sample and epochs."""
+    rows = [{k: e.get(k) for k in EPOCH_COLUMNS} for e in epochs]
+    return _with_counters(SoakRun(target, epochs=rows, **{k: record.get(k) for k in RUN_FIELDS}))
 
 
 def _with_counters(run: SoakRun) -> SoakRun:
@@ -683,31 +680,26 @@ def _with_counters(run: SoakRun) -> SoakRun:
     return run
 
 
-def open_soak(plan: SoakPlan, out_dir: Path, command: str, *, resume: bool) -> dict:
-    """meta.json of a soak directory, written before anything runs (fresh), or the stored
+def open_soak(plan: SoakPlan, out_dir: Path, command: str, *, resume: bool):
+    """(store, meta, stored samples) of a soak directory through ``engine.open_run``:
+    meta.json (with the plan and the identity) written before anything runs, or the stored
     one after ``engine.check_identity`` (resume)."""
+    if not resume and (out_dir / f"{EPOCHS}.jsonl").exists():
+        raise UsageError(f"{out_dir} already holds a soak; pass --resume {out_dir}")
+    if resume and (out_dir / "runs.jsonl").exists():
+        raise UsageError(f"--resume {out_dir}: a soak stored before its processes were samples")
+    meta = collect_meta(
+        command,
+        kind="soak",
+        variant="fast",
+        workload=plan.workload,
+        targets=[t.label for t in plan.targets],
+        profiles={t.profile: t.env for t in plan.targets if t.profile},
+        options_validated=paths.options_binary().exists(),
+        soak_plan=plan.record(),
+    )
     ident = soak_identity(plan, out_dir)
-    if resume:
-        meta = engine.stored_meta(out_dir, "soak")
-        engine.check_identity(meta.get("identity"), ident, out_dir)
-        meta.setdefault("resumed", []).append(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    else:
-        if (out_dir / EPOCHS_FILE).exists():
-            raise UsageError(f"{out_dir} already holds a soak; pass --resume {out_dir}")
-        meta = collect_meta(
-            command,
-            kind="soak",
-            variant="fast",
-            workload=plan.workload,
-            targets=[t.label for t in plan.targets],
-            profiles={t.profile: t.env for t in plan.targets if t.profile},
-            options_validated=paths.options_binary().exists(),
-            soak_plan=plan.record(),
-            identity=ident,
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "meta.json", meta)
-    return meta
+    return engine.open_run(out_dir, meta, resume=resume, ident=ident)
 
 
 def run_soak(
@@ -719,55 +711,48 @@ def run_soak(
     on_phase: Callable[[str], None] | None = None,
     resume: bool = False,
 ) -> SoakSession:
-    """Soak every target in turn, storing each epoch as it arrives, then write the results
-    directory (also after a stop signal). ``resume``: keep the targets whose process
-    finished in ``out_dir`` and run the others (see the module doc)."""
+    """Soak every target in turn through the engine, then write the results directory (also
+    after a stop signal). Each target's process is one sample of ``samples.jsonl`` (its
+    epochs the sample's parts in ``epochs.jsonl``, stored as they arrive), its strace pass
+    another. ``resume``: the targets whose process finished are kept, the others run (a cut
+    one again, as its next attempt)."""
     out_dir = Path(out_dir)
     session = SoakSession(plan, out_dir, command)
-    session.meta = open_soak(plan, out_dir, command, resume=resume)
-    stored_epochs, records = _stored(out_dir)
+    store, session.meta, stored = open_soak(plan, out_dir, command, resume=resume)
+    stored_epochs = store.parts(EPOCHS)
+    take = engine.Session(store, stored=stored)
     monitor = LoadMonitor().start()
+    live: dict = {}  # the process the engine is running: a cut one is reported too
     try:
         for target in plan.targets:
-            mine = [r for r in records if r["target"] == target.label]
-            attempt = max((r["attempt"] for r in mine), default=0)
-            attempt = max(
-                [attempt, *(e["attempt"] for e in stored_epochs if e["target"] == target.label)]
+            tags = {"phase": "soak", "cell": target.label}
+            old = take.stored(tags)
+            mine = [e for e in stored_epochs if e["target"] == target.label]
+            attempt = old["attempt"] if old else 1 + max((e["attempt"] for e in mine), default=0)
+            for n in sorted({e["attempt"] for e in mine} - {attempt}):
+                epochs = sum(e["attempt"] == n for e in mine)
+                session.cut.append({"target": target.label, "attempt": n, "epochs": epochs})
+            if old is None and on_phase:
+                on_phase(f"soak {target.label}: {plan.epochs} epochs of {plan.epoch_ms} ms")
+            live.clear()
+            record = take.take(
+                tags,
+                lambda target=target, attempt=attempt: _soak_process(
+                    plan, target, attempt, take, on_epoch, live
+                ),
             )
-            done = [r for r in mine if r["kind"] == "run" and r["attempt"] == attempt]
-            if done and done[0]["status"] != "interrupted":
-                rows = [
-                    {k: e.get(k) for k in EPOCH_COLUMNS}
-                    for e in stored_epochs
-                    if e["target"] == target.label and e["attempt"] == attempt
-                ]
-                run = _restored(target, done[0], rows)
-                session.runs.append(run)
-                passes = [
-                    r["row"]
-                    for r in mine
-                    if r["kind"] == "syscall_pass" and r["attempt"] == attempt
-                ]
-            else:
-                if attempt:
-                    cut = sum(
-                        e["target"] == target.label and e["attempt"] == attempt
-                        for e in stored_epochs
-                    )
-                    session.cut.append({"target": target.label, "attempt": attempt, "epochs": cut})
-                attempt += 1
-                run = _soak_one(plan, target, attempt, out_dir, session.runs, on_epoch, on_phase)
-                passes = []
-            run.syscall_budget.extend(passes)
-            if plan.syscall_pass_s > 0 and not passes and run.status == "complete":
-                if on_phase:
-                    on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
-                row = strace_budget(target, plan.syscall_pass_s, plan.epoch_ms)
+            run = live.get("run") or _restored(
+                target, record, [e for e in mine if e["attempt"] == attempt]
+            )
+            live.clear()
+            session.runs.append(_with_counters(run))
+            if plan.syscall_pass_s > 0 and run.status == "complete":
+                row = _syscall_pass(plan, target, attempt, take, on_phase)
                 run.syscall_budget.append(row)
-                record = {"kind": "syscall_pass", "target": target.label, "attempt": attempt}
-                append_jsonl(out_dir / RUNS_FILE, {**record, "row": row})
     except KeyboardInterrupt:
         session.interrupted = True
+        if live.get("run") is not None:  # the process the stop ended: on record as it stood
+            session.runs.append(_with_counters(live["run"]))
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
         session.load = monitor.stop()
         done = [r.target for r in session.runs]
@@ -776,32 +761,40 @@ def run_soak(
     return session
 
 
-def _soak_one(plan, target, attempt, out_dir, runs, on_epoch, on_phase) -> SoakRun:
-    """One soak process, every epoch stored as it arrives and the process's record when it
-    ends (and the run added to ``runs``); a stop signal ends the process gently and stops
-    the soak after that."""
-    if on_phase:
-        on_phase(f"soak {target.label}: {plan.epochs} epochs of {plan.epoch_ms} ms")
+def _soak_process(plan, target, attempt, take, on_epoch, live) -> dict:
+    """One soak process, every epoch stored as it arrives (``Session.part``); the sample
+    the engine stores is its record."""
     tag = {"target": target.label, "attempt": attempt}
 
     def store_epoch(run: SoakRun, row: dict) -> None:
-        append_jsonl(out_dir / EPOCHS_FILE, {**row, **tag})
+        live["run"] = run
+        take.part(EPOCHS, {**row, **tag})
         if on_epoch is not None:
             on_epoch(run, row)
 
-    with interrupts.deferred():  # the stop comes after the record is on disk
-        run = run_target(
-            target,
-            epochs=plan.epochs,
-            epoch_ms=plan.epoch_ms,
-            leak_kb_per_s=plan.leak_kb_per_s,
-            on_epoch=store_epoch,
-        )
-        append_jsonl(
-            out_dir / RUNS_FILE, {"kind": "run", **tag, **{k: getattr(run, k) for k in RUN_FIELDS}}
-        )
-        runs.append(_with_counters(run))
-    return run
+    run = run_target(
+        target,
+        epochs=plan.epochs,
+        epoch_ms=plan.epoch_ms,
+        leak_kb_per_s=plan.leak_kb_per_s,
+        on_epoch=store_epoch,
+    )
+    live["run"] = run
+    return {**tag, **{k: getattr(run, k) for k in RUN_FIELDS}}
+
+
+def _syscall_pass(plan, target, attempt, take, on_phase) -> dict:
+    """The strace pass of a finished target, a sample of its own (kept on --resume)."""
+    tags = {"phase": "syscall_pass", "cell": target.label}
+    if take.stored(tags) is None and on_phase:
+        on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
+
+    def run() -> dict:
+        row = strace_budget(target, plan.syscall_pass_s, plan.epoch_ms)
+        ok = row["syscalls_per_op"] is not None
+        return {"status": "ok" if ok else "failed", "attempt": attempt, "row": row}
+
+    return take.take(tags, run)["row"]
 
 
 def write_epochs_csv(path: Path, epochs: Sequence[dict]) -> None:

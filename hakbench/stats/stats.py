@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -263,3 +264,24 @@ def cell_summary(values_by_metric: dict[str, Sequence[float]]) -> list[dict]:
             }
         )
     return rows
+
+
+def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    if n == 0:
+        return (math.nan, math.nan)
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (float(max(0.0, mid - half)), float(min(1.0, mid + half)))
+
+
+def robust_sd(values: Sequence[float]) -> float:
+    """1.4826 x MAD: the SD of the bulk, not of the pairs that straddle a speed-mode switch."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return math.nan
+    return float(1.4826 * np.median(np.abs(x - np.median(x))))
