@@ -166,6 +166,9 @@ def test_aa_is_never_go_or_no_go_on_any_workload(lab):
     report = (lab / "aa" / "report.md").read_text()
     assert "**A/A (no --baseline/--set): a noise check**" in report
     assert "perf mode: **off**" in report and "no process ran under perf" in report
+    # NEUTRAL of a fixed count is controlled across the call's workloads, and it says how
+    assert "NEUTRAL: Bonferroni across the 2 workloads of this call" in report
+    assert "97.50 % CI" in report
 
 
 def test_noise_warning_from_the_reference_calibration(lab):

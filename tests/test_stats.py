@@ -148,3 +148,33 @@ def test_a_side_that_fails_makes_the_verdict_failed_whatever_the_survivors_say()
     # as many failures, but of other kinds, are not the same failure
     mixed = failures(_runs(30, bad={4}), _runs(30, bad={9}, status="wrong_checksum"))
     assert mixed.verdict == FAILED
+
+
+def test_fixed_count_neutral_is_controlled_across_the_workloads_of_a_call():
+    """The family-wise false-NEUTRAL rate of a fixed-count call: every one of k = 8
+    workloads truly changed by exactly the threshold (the hardest case for NEUTRAL). Judged
+    alone, each ends NEUTRAL in up to 2.5 % of calls, so the call has a false NEUTRAL
+    somewhere far more often; judged together (Bonferroni, ``equivalence_ci``), the call's
+    rate stays within alpha / 2, as one workload's does."""
+    k, calls, n = 8, 400, 40
+    rng = np.random.default_rng(7)
+    alone = together = 0
+    for _ in range(calls):
+        group = []
+        for w in range(k):
+            a = 75e6 * np.exp(rng.normal(0, 0.004, n))
+            b = a * 1.01 * np.exp(rng.standard_t(3, n) * 0.004)  # heavy tails, median 1.01
+            group.append(st.compare_paired(f"w{w}", "throughput", a, b, True))
+        alone += any(
+            st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=1.0) == st.NEUTRAL
+            for c in group
+        )
+        st.judge(group, 1.0)
+        together += any(c.verdict == st.NEUTRAL for c in group)
+    assert alone / calls > 0.06  # uncorrected: the call's false NEUTRALs add up
+    assert together / calls <= st.ALPHA / 2 + 0.01  # held (Monte Carlo slack of ~2 SE)
+    # the verdict's interval is the one NEUTRAL was judged on, wider than the 95 % CI
+    c = next(c for c in group if c.verdict not in (st.GO, st.NO_GO))
+    assert c.decide_low <= c.ci_low and c.decide_high >= c.ci_high
+    assert "Bonferroni across the 8 workloads" in st.neutral_correction(8, sequential=False)
+    assert "one workload" in st.neutral_correction(1, sequential=False)

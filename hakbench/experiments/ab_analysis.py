@@ -49,9 +49,11 @@ def apply_stop(c: st.Comparison, stopper) -> None:
 def fixed_n_pairs_needed(c: st.Comparison, threshold_pct: float) -> None:
     """For an INCONCLUSIVE fixed-count comparison: the pairs at which its CI, narrowing as
     1/sqrt(n), would likely decide (and the seconds that takes at this A/B's pace)."""
-    if c.n_pairs < 2 or not all(x > 0 for x in (c.ratio, c.ci_low, c.ci_high)):
+    low, high = (c.ci_low, c.ci_high) if c.decide_low is None else (c.decide_low, c.decide_high)
+    if c.n_pairs < 2 or not all(x > 0 for x in (c.ratio, low, high)):
         return
-    look = seq.Look(c.n_pairs, math.log(c.ratio), math.log(c.ci_low), math.log(c.ci_high), 1.0)
+    # the interval NEUTRAL is judged on (with several workloads, wider than the CI)
+    look = seq.Look(c.n_pairs, *(math.log(x) for x in (c.ratio, low, high)), 1.0)
     c.pairs_needed = seq.pairs_to_decide(
         look, math.log1p(threshold_pct / 100), near=0.0, rate=lambda n: 1 / math.sqrt(n)
     )

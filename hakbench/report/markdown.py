@@ -9,7 +9,7 @@ from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
 from hakbench.stats.sequential import RULE as SEQ_RULE
-from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE
+from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE, neutral_correction
 
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (
@@ -262,7 +262,8 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
             max_time=spec.max_time_s,
             max_pairs=spec.max_pairs,
         )
-        lines += [text, ""]
+        k = len(result.primary())
+        lines += [text, "", neutral_correction(k, sequential=spec.sequential, alpha=ALPHA), ""]
         own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
         if own:
             lines += [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -34,8 +34,11 @@ RULE = (
     "of the binomial). Test: two-sided Wilcoxon signed-rank on log r, p adjusted by Holm "
     "across the workloads of the call. Verdict: GO when p_holm < {alpha} and the median "
     "improves on A by at least the threshold ({threshold:g} %) and the CI excludes 1; NO-GO "
-    "the same for a regression; NEUTRAL only when the whole CI lies within +-threshold "
-    "(equivalent); else INCONCLUSIVE (the data cannot tell yet), with the pairs that would "
+    "the same for a regression; NEUTRAL only when the whole equivalence interval lies within "
+    "+-threshold (equivalent): the 95 % CI for one workload, for k workloads of the call the "
+    "CI at 1 - {alpha}/k (Bonferroni: each bound misses with probability <= {alpha}/(2k), so "
+    "a false NEUTRAL anywhere in the call has probability <= {alpha}/2, as for one "
+    "workload); else INCONCLUSIVE (the data cannot tell yet), with the pairs that would "
     "likely decide. Direction: {direction}; lower RSS and page "
     "faults are better (guardrails are judged by the same rule). Failures are results: a "
     "failed, timed-out, wrong-checksum or wrong-allocator measured sample on one side makes "
@@ -118,9 +121,11 @@ def verdict(
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     higher_is_better: bool = True,
     alpha: float = ALPHA,
+    equivalence: tuple[float, float] | None = None,
 ) -> str:
     """GO / NO-GO / NEUTRAL / INCONCLUSIVE by the rule in RULE. NEUTRAL means equivalent
-    (the whole CI within +-threshold), never "could not tell": that is INCONCLUSIVE."""
+    (the whole ``equivalence`` interval, by default the CI, within +-threshold), never
+    "could not tell": that is INCONCLUSIVE."""
     if any(v is None or math.isnan(v) for v in (ratio, ci_low, ci_high, p)):
         return NO_DATA
     t = threshold_pct / 100.0
@@ -128,7 +133,8 @@ def verdict(
         return GO if higher_is_better else NO_GO
     if p < alpha and ratio <= 1 - t and ci_high < 1:
         return NO_GO if higher_is_better else GO
-    if 1 - t < ci_low and ci_high < 1 + t:
+    eq_low, eq_high = equivalence or (ci_low, ci_high)
+    if 1 - t < eq_low and eq_high < 1 + t:
         return NEUTRAL
     return INCONCLUSIVE
 
@@ -206,6 +212,7 @@ class Comparison:
     decide_high: float | None = None
     pairs_needed: int | None = None  # INCONCLUSIVE: the pairs in all that would likely decide
     seconds_needed: float | None = None  # ... and the seconds those still to run would take
+    ratios: tuple = field(default=(), repr=False)  # the paired ratios B/A it summarises
 
 
 def compare_paired(
@@ -227,15 +234,46 @@ def compare_paired(
         wilcoxon_p(r) if len(r) else math.nan,
         len(r),
         higher_is_better,
+        ratios=tuple(float(x) for x in r),
+    )
+
+
+def equivalence_ci(ratios: Sequence[float], k: int, alpha: float = ALPHA) -> tuple:
+    """(low, high): the interval NEUTRAL is judged on when ``k`` workloads are judged at once
+    (Bonferroni): the order-statistic CI at 1 - alpha / k, each bound missing its side with
+    probability <= alpha / (2k), so a false NEUTRAL anywhere in the call has probability
+    <= alpha / 2, as for one workload (k = 1: the 95 % CI itself)."""
+    _, low, high = median_ci(ratios, 1 - alpha / max(1, k))
+    return low, high
+
+
+def neutral_correction(k: int, *, sequential: bool, alpha: float = ALPHA) -> str:
+    """The sentence a report prints on how NEUTRAL is controlled across its ``k`` workloads."""
+    if k <= 1:
+        return "NEUTRAL: one workload, no correction across workloads needed."
+    if sequential:
+        return (
+            f"NEUTRAL: Bonferroni across the {k} workloads of this call: each one-sided bound "
+            f"misses with probability <= {alpha:g}/{k}, so a false NEUTRAL anywhere in the "
+            f"call has probability <= {alpha:g}."
+        )
+    return (
+        f"NEUTRAL: Bonferroni across the {k} workloads of this call: each is judged on its "
+        f"{100 * (1 - alpha / k):.2f} % CI (1 - {alpha:g}/{k}), so a false NEUTRAL anywhere in "
+        f"the call has probability <= {alpha / 2:g}, as for one workload's 95 % CI."
     )
 
 
 def judge(comparisons: list[Comparison], threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> None:
-    """Holm across workloads, per metric, then the verdict of each comparison (in place)."""
+    """Holm across workloads, per metric, then the verdict of each comparison (in place):
+    GO/NO-GO on the Holm-adjusted p and the CI, NEUTRAL on ``equivalence_ci`` with k the
+    comparisons of that metric (Bonferroni). A comparison not judged GO/NO-GO gets the
+    interval NEUTRAL was judged on as ``decide_low``/``decide_high``."""
     for metric in {c.metric for c in comparisons}:
         group = [c for c in comparisons if c.metric == metric]
         for c, ph in zip(group, holm([c.p_value for c in group]), strict=True):
             c.p_holm = ph
+            eq = equivalence_ci(c.ratios, len(group)) if len(c.ratios) else None
             c.verdict = verdict(
                 c.ratio,
                 c.ci_low,
@@ -243,7 +281,10 @@ def judge(comparisons: list[Comparison], threshold_pct: float = DEFAULT_THRESHOL
                 ph,
                 threshold_pct=threshold_pct,
                 higher_is_better=c.higher_is_better,
+                equivalence=eq,
             )
+            if eq is not None and len(group) > 1 and c.verdict not in (GO, NO_GO):
+                c.decide_low, c.decide_high = eq
 
 
 def cell_summary(values_by_metric: dict[str, Sequence[float]]) -> list[dict]:
