@@ -23,7 +23,7 @@ from hakbench.core.errors import UsageError
 from hakbench.core.inputs import GENERATORS, generate, input_path
 from hakbench.core.profiles import expand_workloads, load_workloads, parse_workload
 from hakbench.engine.runner import run_sample
-from hakbench.experiments.matrix import expand_coords, parse_matrix
+from hakbench.experiments.matrix_spec import expand_coords, parse_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 PY = "/usr/bin/python3"

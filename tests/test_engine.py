@@ -329,7 +329,7 @@ def test_ab_continue_extends_the_same_sequence_and_seed_replays(scratch, tmp_pat
 
     from hakbench.cli import main
     from hakbench.engine.schedule import complete_pairs
-    from hakbench.stats import sequential as seq
+    from hakbench.stats.stopper import Stopper
 
     monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
     out = tmp_path / "ab"
@@ -352,7 +352,7 @@ def test_ab_continue_extends_the_same_sequence_and_seed_replays(scratch, tmp_pat
     assert int(row["n_pairs"]) > before.count('"phase": "measure"') // 2
     # one uninterrupted sequence over the same pairs, a look per round
     samples = read_jsonl(out / "samples.jsonl")
-    rule = seq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    rule = Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
     for a, b in complete_pairs(samples, "mixed_short"):
         rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
         rule.end_round()
@@ -475,7 +475,7 @@ def test_a_killed_sequential_ab_resumes_the_same_sequence(scratch, tmp_path):
     import math
 
     from hakbench.engine.schedule import complete_pairs
-    from hakbench.stats import sequential as seq
+    from hakbench.stats.stopper import Stopper
 
     out = tmp_path / "seq"
     argv = ["ab", "-a", "system", "-w", "mixed_short", "--perf", "off", "--warmup", "1"]
@@ -495,7 +495,7 @@ def test_a_killed_sequential_ab_resumes_the_same_sequence(scratch, tmp_path):
     assert len({engine.key(s) for s in samples}) == len(samples)
     with open(out / "summary.csv") as f:
         row = next(r for r in csv.DictReader(f) if r["role"] == "primary")
-    rule = seq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    rule = Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
     for a, b in complete_pairs(samples, "mixed_short"):
         rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
         rule.end_round()

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from hakbench.cli import main
-from hakbench.experiments import scorecard
+from hakbench.experiments import scorecard_refresh
 from hakbench.experiments.ab import run_ab
 from hakbench.experiments.ab_spec import ABSpec
 
@@ -211,7 +211,7 @@ def test_matrix_and_scorecard_say_failed(lab, shim):
         assert sides == ["A", "B"]
 
     results = lab / "results"
-    scorecard.refresh(results, matrix=matrix_file)  # the counter goes on: 2 in 6 again
+    scorecard_refresh.refresh(results, matrix=matrix_file)  # the counter goes on: 2 in 6 again
     csv_rows = list(csv.DictReader(open(results / "scorecard.csv")))
     row = next(x for x in csv_rows if x["allocator"] == "shim" and x["metric"] == "throughput")
     assert row["status"] == "FAILED" and row["ratio_to_reference"] == ""

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from hakbench.core.errors import UsageError
-from hakbench.core.profiles import resolve_workload
+from hakbench.core.profiles import resolve_workload, scaled_workload
 from hakbench.experiments import gate as g
+from hakbench.experiments import gate_verdict as gv
 
 SPEC = g.GateSpec(
     ("C7_SAFE",), ("mixed", "xthread"), 0.1, 0.5, {"xthread": 2.0}, 25.0, 256, {"xthread": 50.0}
@@ -75,7 +76,7 @@ def test_committed_scorecard_matrix_has_a_gate_over_the_shipping_profiles():
 
 def test_scaled_workload_scales_only_the_iteration_count():
     w = resolve_workload("tiny_hot")
-    s = g.scaled_workload(w, 0.1)
+    s = scaled_workload(w, 0.1)
     i = w.args.index(w.iters_flag) + 1
     assert int(s.args[i]) == round(int(w.args[i]) * 0.1)
     assert [a for k, a in enumerate(s.args) if k != i] == [
@@ -86,64 +87,64 @@ def test_scaled_workload_scales_only_the_iteration_count():
 def test_compare_rose_dropped_within_tolerance_and_per_workload_tolerance():
     base = [row("mixed", 100.0), row("xthread", 100.0)]
     judged = {
-        r.workload: r for r in g.compare(SPEC, base, [row("mixed", 100.6), row("xthread", 101.5)])
+        r.workload: r for r in gv.compare(SPEC, base, [row("mixed", 100.6), row("xthread", 101.5)])
     }
-    assert judged["mixed"].status == g.ROSE and judged["mixed"].change_pct == pytest.approx(0.6)
-    assert judged["xthread"].status == g.OK  # 1.5 % is inside xthread's 2 %
-    judged = g.compare(SPEC, base, [row("mixed", 99.4), row("xthread", 100.0)])
-    assert [r.status for r in judged] == [g.DROPPED, g.OK]
-    assert [r.status for r in g.compare(SPEC, base, [row("mixed", 100.4)])] == [g.OK]
+    assert judged["mixed"].status == gv.ROSE and judged["mixed"].change_pct == pytest.approx(0.6)
+    assert judged["xthread"].status == gv.OK  # 1.5 % is inside xthread's 2 %
+    judged = gv.compare(SPEC, base, [row("mixed", 99.4), row("xthread", 100.0)])
+    assert [r.status for r in judged] == [gv.DROPPED, gv.OK]
+    assert [r.status for r in gv.compare(SPEC, base, [row("mixed", 100.4)])] == [gv.OK]
 
 
 def test_compare_failed_new_and_other_arguments_never_pass():
     base = [row("mixed", 100.0)]
-    judged = g.compare(SPEC, base, [row("mixed", None, status="timeout"), row("xthread", 90.0)])
-    assert [r.status for r in judged] == [g.FAILED, g.NEW]
-    moved = g.compare(SPEC, base, [row("mixed", 100.0, args=["--iters", "20"])])
-    assert moved[0].status == g.NEW and g.failing(moved) == moved
+    judged = gv.compare(SPEC, base, [row("mixed", None, status="timeout"), row("xthread", 90.0)])
+    assert [r.status for r in judged] == [gv.FAILED, gv.NEW]
+    moved = gv.compare(SPEC, base, [row("mixed", 100.0, args=["--iters", "20"])])
+    assert moved[0].status == gv.NEW and gv.failing(moved) == moved
 
 
 def test_compare_faults_need_both_the_relative_and_the_absolute_change():
     def faults(base, now, workload="mixed"):
         b = [row(workload, 100.0, minflt=base)]
-        (r,) = g.compare(SPEC, b, [row(workload, 100.0, minflt=now)])
-        assert r.status == g.OK  # the instructions did not move
+        (r,) = gv.compare(SPEC, b, [row(workload, 100.0, minflt=now)])
+        assert r.status == gv.OK  # the instructions did not move
         return r.faults_status
 
-    assert faults(1000, 1300) == g.ROSE  # +30 % and +300
-    assert faults(1000, 1250) == g.OK  # +25 %: not beyond the tolerance
-    assert faults(1000, 700) == g.DROPPED  # -30 % and -300
-    assert faults(100, 350) == g.OK  # +250 %, but only +250 faults: under the floor
-    assert faults(100, 357) == g.ROSE
-    assert faults(4000, 4960) == g.OK  # +960 faults, but only +24 %
-    assert faults(1000, 1400, "xthread") == g.OK  # xthread's 50 %
-    assert faults(1000, 1600, "xthread") == g.ROSE
-    rose = g.compare(SPEC, [row("mixed", 100.0, minflt=1000)], [row("mixed", 100.0, minflt=1300)])
-    assert g.failing(rose) == rose and rose[0].faults_change == 300
+    assert faults(1000, 1300) == gv.ROSE  # +30 % and +300
+    assert faults(1000, 1250) == gv.OK  # +25 %: not beyond the tolerance
+    assert faults(1000, 700) == gv.DROPPED  # -30 % and -300
+    assert faults(100, 350) == gv.OK  # +250 %, but only +250 faults: under the floor
+    assert faults(100, 357) == gv.ROSE
+    assert faults(4000, 4960) == gv.OK  # +960 faults, but only +24 %
+    assert faults(1000, 1400, "xthread") == gv.OK  # xthread's 50 %
+    assert faults(1000, 1600, "xthread") == gv.ROSE
+    rose = gv.compare(SPEC, [row("mixed", 100.0, minflt=1000)], [row("mixed", 100.0, minflt=1300)])
+    assert gv.failing(rose) == rose and rose[0].faults_change == 300
 
 
 def test_compare_without_baseline_faults_is_new():
     base = [{**row("mixed", 100.0), "minflt": None}]
-    (r,) = g.compare(SPEC, base, [row("mixed", 100.0)])
-    assert r.status == g.NEW and r.faults_status == g.NEW
+    (r,) = gv.compare(SPEC, base, [row("mixed", 100.0)])
+    assert r.status == gv.NEW and r.faults_status == gv.NEW
 
 
 def test_table_names_every_cell_and_its_change():
-    text = g.table(
-        g.compare(SPEC, [row("mixed", 80.0, minflt=1000)], [row("mixed", 81.0, minflt=1500)])
+    text = gv.table(
+        gv.compare(SPEC, [row("mixed", 80.0, minflt=1000)], [row("mixed", 81.0, minflt=1500)])
     )
     assert (
         "| C7_SAFE | mixed | 80.00 | 81.00 | +1.25 % | ±0.5 % | ROSE | 1000 | 1500 | +500 (+50 %) "
         "| ROSE |"
     ) in text
-    assert "more than 25 %, xthread 50 % and by more than 256 faults" in g.faults_rule(SPEC)
+    assert "more than 25 %, xthread 50 % and by more than 256 faults" in gv.faults_rule(SPEC)
 
 
 def test_toolchain_differences_are_named():
-    assert g.toolchain_differences({"compiler": "gcc 12"}, {"compiler": "gcc 13"}) == [
+    assert gv.toolchain_differences({"compiler": "gcc 12"}, {"compiler": "gcc 13"}) == [
         "compiler: baseline 'gcc 12', here 'gcc 13'"
     ]
-    assert g.toolchain_differences(g.toolchain(), g.toolchain()) == []
+    assert gv.toolchain_differences(g.toolchain(), g.toolchain()) == []
 
 
 def hakbench(*args, cwd):

@@ -150,3 +150,18 @@ def test_layer_violations_are_found():
 
 def test_imports_go_down_the_layers():
     assert layer_violations(import_graph()) == []
+
+
+# Issue 28: no module over ~400 lines that holds more than one concern. A module that grows
+# past this has likely taken on a second concern: split it by concern (plan, run, analysis,
+# output), as ab, matrix, soak, calibrate, gate, scorecard and sequential were.
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_grows_past_a_few_hundred_lines():
+    long = {
+        module_name(p): n
+        for p in ROOT.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split by concern: {long}"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from hakbench.cli import main
-from hakbench.experiments import matrix
+from hakbench.experiments import matrix, matrix_spec
 from hakbench.tables import matrix_summary
 
 TWO_ALLOCATORS = """
@@ -38,7 +38,7 @@ def read_samples(run_dir: Path) -> list[dict]:
 
 
 def test_expansion_crosses_hakmem_axes_and_collapses_them_for_references():
-    spec = matrix.parse_matrix(
+    spec = matrix_spec.parse_matrix(
         """
         reference = { allocator = "mimalloc" }
         [axes]
@@ -49,7 +49,7 @@ def test_expansion_crosses_hakmem_axes_and_collapses_them_for_references():
         workload = ["mixed", "tiny_hot"]
         """
     )
-    coords = matrix.expand_coords(spec, validate_options=False)
+    coords = matrix_spec.expand_coords(spec, validate_options=False)
     # per workload: hakmem 1 variant x 2 profiles x 2 switch values, plus one cell per reference
     assert len(coords) == 2 * (4 + 2)
     assert [c["workload"] for c in coords] == ["mixed"] * 6 + ["tiny_hot"] * 6
@@ -61,7 +61,7 @@ def test_expansion_crosses_hakmem_axes_and_collapses_them_for_references():
         ("BALANCED", "1"),
     }
     assert {"workload": "mixed", "allocator": "system"} in coords
-    assert matrix.coords_label(hakmem[1]) == "hakmem:fast/C7_SAFE[HAKMEM_VERBOSE=1]"
+    assert matrix_spec.coords_label(hakmem[1]) == "hakmem:fast/C7_SAFE[HAKMEM_VERBOSE=1]"
     # every cell's reference is mimalloc on the same workload
     refs = matrix_summary.reference_index(coords, spec.reference)
     for c, r in zip(coords, refs, strict=True):
@@ -144,7 +144,7 @@ def test_quick_matrix_end_to_end(tmp_path):
 
 def test_resume_runs_only_the_missing_samples(tmp_path):
     f = write(tmp_path, TWO_ALLOCATORS)
-    spec = matrix.load_matrix(f)
+    spec = matrix_spec.load_matrix(f)
     out = tmp_path / "run"
     matrix.run_matrix(spec, out, runs=2)
     first = read_samples(out)
@@ -175,7 +175,7 @@ def test_resume_runs_only_the_missing_samples(tmp_path):
 
 def test_resume_refuses_a_run_of_other_cells(tmp_path):
     out = tmp_path / "run"
-    matrix.run_matrix(matrix.load_matrix(write(tmp_path, TWO_ALLOCATORS)), out, runs=1)
+    matrix.run_matrix(matrix_spec.load_matrix(write(tmp_path, TWO_ALLOCATORS)), out, runs=1)
     other = write(tmp_path, TWO_ALLOCATORS.replace('"hakmem", ', ""), "other.toml")
     result = CliRunner().invoke(main, ["matrix", str(other), "--resume", str(out)])
     assert result.exit_code == 2
@@ -183,7 +183,7 @@ def test_resume_refuses_a_run_of_other_cells(tmp_path):
 
 
 def test_an_allocator_that_is_not_there_is_skipped_with_a_note(tmp_path):
-    spec = matrix.load_matrix(write(tmp_path, TWO_ALLOCATORS))
+    spec = matrix_spec.load_matrix(write(tmp_path, TWO_ALLOCATORS))
     empty_build = tmp_path / "build"  # no libhakmem here: its cell is skipped, not failed
     cells, skipped = matrix.make_matrix_cells(spec, build=empty_build)
     assert [c.label for c in cells] == ["system"]
@@ -191,7 +191,7 @@ def test_an_allocator_that_is_not_there_is_skipped_with_a_note(tmp_path):
 
 
 def test_instruction_counts_run_once_per_cell_after_the_timed_rounds(tmp_path):
-    spec = matrix.load_matrix(write(tmp_path, TWO_ALLOCATORS.replace("runs = 3", "runs = 1")))
+    spec = matrix_spec.load_matrix(write(tmp_path, TWO_ALLOCATORS.replace("runs = 3", "runs = 1")))
     out = tmp_path / "run"
     run = matrix.run_matrix(spec, out, instructions=True)
     phases = [s["phase"] for s in read_samples(out)]
@@ -225,7 +225,7 @@ def test_each_cell_runs_back_to_back_with_its_reference(tmp_path):
     if not resolve_allocator("mimalloc").available:
         pytest.skip("libmimalloc2.0 not installed")
     out = tmp_path / "run"
-    run = matrix.run_matrix(matrix.load_matrix(write(tmp_path, THREE_ALLOCATORS)), out)
+    run = matrix.run_matrix(matrix_spec.load_matrix(write(tmp_path, THREE_ALLOCATORS)), out)
     samples = read_samples(out)
     keys = {c["label"]: c["key"] for c in run.meta["cells"]}
     assert len(samples) == 2 * 2 * (1 + 4)  # two pairs a round, warm-up round included

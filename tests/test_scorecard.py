@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from hakbench.cli import main
-from hakbench.experiments import scorecard
+from hakbench.experiments import scorecard, scorecard_refresh
 from hakbench.tables import scorecard_model
 
 TINY = """
@@ -45,7 +45,7 @@ def matrix_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def refreshed(tmp_path_factory, matrix_file) -> Path:
     results = tmp_path_factory.mktemp("results")
-    scorecard.refresh(results, matrix=matrix_file, quick=True)
+    scorecard_refresh.refresh(results, matrix=matrix_file, quick=True)
     return results
 
 
@@ -121,7 +121,7 @@ def test_history_is_append_only_across_refreshes(results, matrix_file):
     before = (results / "history.csv").read_text()
     gate_baseline = results / "scorecard" / "gate.json"
     gate_baseline.write_text('{"cells": []}\n')  # the gate's file beside the samples
-    scorecard.refresh(results, matrix=matrix_file, quick=True)
+    scorecard_refresh.refresh(results, matrix=matrix_file, quick=True)
     assert gate_baseline.read_text() == '{"cells": []}\n', "a refresh keeps the gate's baseline"
     after = (results / "history.csv").read_text()
     assert after.startswith(before), "earlier refreshes' rows stay as they were"
@@ -203,10 +203,10 @@ def test_no_stored_samples_is_a_clear_exit_2(tmp_path):
 def test_compact_sample_keeps_stderr_only_of_a_failed_sample():
     ok = {"status": "ok", "stderr_tail": "noise", "env": {"A": "1"}, "metrics": {"ipc": 1}}
     bad = {"status": "failed", "stderr_tail": "Segmentation fault", "error": "exit status 139"}
-    assert "stderr_tail" not in scorecard.compact_sample(ok)
-    assert "env" not in scorecard.compact_sample(ok)
-    assert scorecard.compact_sample(ok)["metrics"] == {}
-    assert scorecard.compact_sample(bad)["stderr_tail"] == "Segmentation fault"
+    assert "stderr_tail" not in scorecard_refresh.compact_sample(ok)
+    assert "env" not in scorecard_refresh.compact_sample(ok)
+    assert scorecard_refresh.compact_sample(ok)["metrics"] == {}
+    assert scorecard_refresh.compact_sample(bad)["stderr_tail"] == "Segmentation fault"
 
 
 TINY_APPS = """
@@ -224,7 +224,7 @@ workload = ["xmalloc"]
 def test_apps_section_is_stored_apart_rendered_into_the_scorecard_and_checked(results, tmp_path):
     apps_file = tmp_path / "apps.toml"
     apps_file.write_text(TINY_APPS.replace('"xmalloc"', '"xmalloc_short"'))
-    scorecard.refresh(results, matrix=apps_file, apps=True)
+    scorecard_refresh.refresh(results, matrix=apps_file, apps=True)
     stored_apps = results / scorecard.APPS_STORED_DIR / "samples.jsonl"
     assert stored_apps.exists() and (results / "scorecard" / "samples.jsonl").exists()
     md = (results / "SCORECARD.md").read_text()
@@ -249,7 +249,7 @@ def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatc
     monkeypatch.setattr(
         misuse, "list_patterns", lambda build=None: ["double-free-tiny", "uaf-read-mid"]
     )
-    scorecard.refresh_misuse(results)
+    scorecard_refresh.refresh_misuse(results)
     stored = results / scorecard.MISUSE_DIR
     records = [json.loads(line) for line in (stored / "probes.jsonl").read_text().splitlines()]
     assert len(records) == 2 * 2 * misuse.RUNS

@@ -12,6 +12,7 @@ from test_calibrate_sequential import Clock
 
 from hakbench.stats import sequential as sq
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO
+from hakbench.stats.stopper import Stopper
 
 DATA = Path(__file__).parent / "data" / "aa_log_ratios_mixed_loaded.txt"
 DELTA = math.log(1.01)  # the default 1 % threshold
@@ -40,7 +41,7 @@ def simulate(
     noise = shape()
     out = []
     for _ in range(runs):
-        rule = sq.Stopper({"w": False}, 1.0, max_time_s=math.inf, max_pairs=budget)
+        rule = Stopper({"w": False}, 1.0, max_time_s=math.inf, max_pairs=budget)
         while rule.running():
             for x in effect + sigma * rng.choice(noise, batch):
                 rule.add("w", float(x))
@@ -135,7 +136,7 @@ def test_pairs_to_decide_grows_as_the_decision_gets_harder(estimate):
 
 def test_stopper_holm_across_workloads_and_stops_each_when_decided():
     rng = np.random.default_rng(5)
-    rule = sq.Stopper(
+    rule = Stopper(
         {"slow": True, "same": True}, 1.0, max_time_s=1e9, max_pairs=5000, clock=Clock(0.0)
     )
     rounds = 0
@@ -155,7 +156,7 @@ def test_stopper_holm_across_workloads_and_stops_each_when_decided():
 
 def test_stopper_budget_ends_inconclusive_with_pairs_and_seconds_needed():
     rng = np.random.default_rng(6)
-    rule = sq.Stopper({"w": True}, 1.0, max_time_s=10.0, max_pairs=10**6, clock=Clock(0.1))
+    rule = Stopper({"w": True}, 1.0, max_time_s=10.0, max_pairs=10**6, clock=Clock(0.1))
     while rule.running():
         rule.add("w", 0.2 * rng.standard_normal(), seconds=0.05)
         rule.end_round()
@@ -163,7 +164,7 @@ def test_stopper_budget_ends_inconclusive_with_pairs_and_seconds_needed():
     assert s.verdict == sq.INCONCLUSIVE and s.reason == "budget"
     assert s.pairs_needed is not None and s.pairs_needed > len(s.logs)
     assert rule.seconds_needed("w") == pytest.approx((s.pairs_needed - len(s.logs)) * 0.05)
-    rule = sq.Stopper({"w": True}, 1.0, max_time_s=1e9, max_pairs=5, clock=Clock(0.0))
+    rule = Stopper({"w": True}, 1.0, max_time_s=1e9, max_pairs=5, clock=Clock(0.0))
     rule.add("w", None)  # a failed pair counts as failed, not as data
     for _ in range(5):
         rule.add("w", 0.3 * rng.standard_normal())
@@ -194,7 +195,7 @@ def test_a_drift_stops_its_workload_at_once_with_no_promise_of_pairs():
     workload of the call runs on. (Two looks: 400 quiet pairs of no change, undecided at a
     0.01 % threshold, then 4,000 of a 3 % slowdown.)"""
     rng = np.random.default_rng(11)
-    rule = sq.Stopper({"w": True, "v": True}, 0.01, max_time_s=math.inf, max_pairs=10**6)
+    rule = Stopper({"w": True, "v": True}, 0.01, max_time_s=math.inf, max_pairs=10**6)
     for mean, n in ((0.0, 400), (-0.03, 4000)):
         for x in mean + 0.001 * rng.standard_normal(n):
             rule.add("w", float(x))
@@ -209,8 +210,8 @@ def test_neutral_is_controlled_across_the_workloads_of_a_call():
     """Each workload's one-sided bounds miss with probability alpha / k in a call of k
     workloads (Bonferroni): a false NEUTRAL anywhere in the call stays within alpha, so the
     same pairs that are NEUTRAL alone may not be NEUTRAL beside two other workloads."""
-    one = sq.Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
-    three = sq.Stopper({w: True for w in "wuv"}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    one = Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
+    three = Stopper({w: True for w in "wuv"}, 1.0, max_time_s=math.inf, max_pairs=10**6)
     assert one.stops["w"].state.eq_alpha == pytest.approx(sq.equivalence_alpha(0.05))
     assert three.stops["w"].state.eq_alpha == pytest.approx(sq.equivalence_alpha(0.05 / 3))
     rng = np.random.default_rng(5)

@@ -10,7 +10,7 @@ import pytest
 
 from hakbench.core.errors import UsageError
 from hakbench.experiments import shard
-from hakbench.experiments.matrix import expand_coords, load_matrix
+from hakbench.experiments.matrix_spec import expand_coords, load_matrix
 from hakbench.tables.matrix_summary import reference_index
 
 SMALL = """

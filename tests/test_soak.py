@@ -18,11 +18,12 @@ from click.testing import CliRunner
 
 from hakbench.cli import main
 from hakbench.core import paths
-from hakbench.experiments import soak
+from hakbench.core.errors import UsageError
+from hakbench.experiments import soak, soak_figures, soak_plan, soak_process
 from hakbench.report.soak import cv_noise_note, verdict_lines
 from hakbench.stats import soakstats
 
-BENCH_SOAK = paths.bench_binary(soak.SOAK_PROGRAM)
+BENCH_SOAK = paths.bench_binary(soak_plan.SOAK_PROGRAM)
 needs_bench_soak = pytest.mark.skipif(
     not BENCH_SOAK.exists(), reason=f"{BENCH_SOAK} not built (make harness)"
 )
@@ -70,8 +71,8 @@ def test_a_trend_below_the_resolution_floor_passes():
     rising = {"pct_per_h": 125.0, "ci": [21.0, 230.0]}  # glibc, +12 KiB over an 8 s soak
     assert soakstats.trend_verdict(rising, 5.0, rising=True) == "FAIL"
     assert soakstats.trend_verdict(rising, 5.0, rising=True, resolved=False) == "PASS"
-    assert soak.Thresholds().rss_min_growth_kib >= 256
-    assert soak.Thresholds().cv_pct is None  # the CV is reported, judged only when asked
+    assert soak_plan.Thresholds().rss_min_growth_kib >= 256
+    assert soak_plan.Thresholds().cv_pct is None  # the CV is reported, judged only when asked
 
 
 def test_cv_is_sample_stdev_over_mean():
@@ -115,7 +116,7 @@ def _figure(label, profile, cv, verdict):
 
 def test_verdict_lines_state_figure_ci_verdict_and_budget():
     fig = _figure("hakmem:fast C7_SAFE", "C7_SAFE", 3.0, "FAIL")
-    th = vars(soak.Thresholds(cv_pct=2.0))
+    th = vars(soak_plan.Thresholds(cv_pct=2.0))
     lines = verdict_lines(fig, th)
     assert lines[0] == (
         "RSS trend: +0.3 %/h (95 % CI -0.1 to +0.7) PASS (budget ≤ +5.0 %/h; "
@@ -128,7 +129,7 @@ def test_verdict_lines_state_figure_ci_verdict_and_budget():
     assert lines[3] == "syscalls: 0.0123 per 1000 ops PASS (budget ≤ 1; strace -f -c pass)"
     fig = {**fig, "ops_cv_pct": None, "verdicts": {**fig["verdicts"], "ops_cv": "n/a"}}
     assert verdict_lines(fig, th)[2] == "ops/s CV: n/a (too few epochs after warm-up)"
-    by_default = verdict_lines({**fig, "ops_cv_pct": 3.0}, vars(soak.Thresholds()))
+    by_default = verdict_lines({**fig, "ops_cv_pct": 3.0}, vars(soak_plan.Thresholds()))
     assert by_default[2] == "ops/s CV: 3.0 % (reported, not judged)"
 
 
@@ -195,11 +196,11 @@ def test_a_slow_leak_under_budget_passes_and_a_decline_is_judged_downwards():
 
 
 def test_syscall_verdict_prefers_the_whole_soak_counters():
-    strace = soak.budget_row("strace -f -c pass", {"mmap": 30}, 10_000)
-    counters = soak.budget_row("libhakmem SS_OS_STATS counters", {"mmap": 5}, 1_000_000)
-    assert soak.judged_budget([strace, counters]) is counters
-    assert soak.judged_budget([strace]) is strace
-    assert soak.judged_budget([soak.budget_row("strace", {}, 0, "failed")]) is None
+    strace = soak_process.budget_row("strace -f -c pass", {"mmap": 30}, 10_000)
+    counters = soak_process.budget_row("libhakmem SS_OS_STATS counters", {"mmap": 5}, 1_000_000)
+    assert soak_figures.judged_budget([strace, counters]) is counters
+    assert soak_figures.judged_budget([strace]) is strace
+    assert soak_figures.judged_budget([soak_process.budget_row("strace", {}, 0, "failed")]) is None
 
 
 def test_cv_note_blames_the_machine_only_when_references_fail_too():
@@ -216,25 +217,29 @@ def test_cv_note_blames_the_machine_only_when_references_fail_too():
 
 
 def test_durations():
-    assert soak.parse_duration("20s") == 20
-    assert soak.parse_duration("10m") == 600
-    assert soak.parse_duration("1h") == 3600
-    assert soak.parse_duration("0.5s") == 0.5
-    assert soak.parse_duration("90") == 90
-    with pytest.raises(soak.UsageError):
-        soak.parse_duration("ten minutes")
-    assert soak.plan_epochs(3600, 10) == (360, 10000)
-    with pytest.raises(soak.UsageError):
-        soak.plan_epochs(5, 10)
+    assert soak_plan.parse_duration("20s") == 20
+    assert soak_plan.parse_duration("10m") == 600
+    assert soak_plan.parse_duration("1h") == 3600
+    assert soak_plan.parse_duration("0.5s") == 0.5
+    assert soak_plan.parse_duration("90") == 90
+    with pytest.raises(UsageError):
+        soak_plan.parse_duration("ten minutes")
+    assert soak_plan.plan_epochs(3600, 10) == (360, 10000)
+    with pytest.raises(UsageError):
+        soak_plan.plan_epochs(5, 10)
 
 
 def test_proc_parsers_on_captured_text():
     status = "Name:\tbench_soak\nVmHWM:\t    7008 kB\nVmRSS:\t    6900 kB\nRssAnon:\t    4608 kB\n"
-    assert soak.parse_proc_status(status) == {"rss_kb": 6900, "hwm_kb": 7008, "anon_kb": 4608}
+    assert soak_process.parse_proc_status(status) == {
+        "rss_kb": 6900,
+        "hwm_kb": 7008,
+        "anon_kb": 4608,
+    }
     # A command name with spaces and a ')' must not shift the fields.
     stat = "16138 (odd) name) R 16131 16131 5111 0 -1 4194304 99 0 7 0 0 0 0 0 20 0 1 0 61727"
-    assert soak.parse_proc_stat(stat) == {"minflt": 99, "majflt": 7}
-    me = soak.read_proc(os.getpid())
+    assert soak_process.parse_proc_stat(stat) == {"minflt": 99, "majflt": 7}
+    me = soak_process.read_proc(os.getpid())
     assert me["rss_kb"] > 0 and me["minflt"] > 0
 
 
@@ -248,7 +253,12 @@ def test_strace_summary_parser_on_captured_text():
 ------ ----------- ----------- --------- --------- ----------------
 100.00    0.000000           0        23         1 total
 """
-    assert soak.parse_strace_summary(text) == {"mmap": 18, "munmap": 1, "madvise": 3, "brk": 1}
+    assert soak_process.parse_strace_summary(text) == {
+        "mmap": 18,
+        "munmap": 1,
+        "madvise": 3,
+        "brk": 1,
+    }
 
 
 def test_bad_input_exits_2():
@@ -294,7 +304,7 @@ def test_soak_end_to_end_with_hakmem_and_glibc(tmp_path):
     assert strace_row["mmap"] > 0 and 0 < strace_row["syscalls_per_op"] < 1e-3
 
     rows = _csv_rows(out / "epochs.csv")
-    assert list(rows[0]) == list(soak.EPOCH_COLUMNS)
+    assert list(rows[0]) == list(soak_process.EPOCH_COLUMNS)
     assert len(rows) == 32
     assert all(int(row["rss_kb"]) > 0 for row in rows[:15])  # the kernel's view, read live
     assert [int(r["epoch"]) for r in rows if r["allocator"] == "system"] == list(range(1, 17))
@@ -335,8 +345,8 @@ def test_injected_leak_is_reported_as_rss_drift_fail(tmp_path):
 
 @needs_bench_soak
 def test_crash_mid_soak_still_writes_a_report_naming_the_cause(tmp_path):
-    targets = soak.plan_targets(["system"], [], "soak")
-    plan = soak.SoakPlan(targets, epochs=50, epoch_ms=100, warmup_epochs=1, syscall_pass_s=0)
+    targets = soak_plan.plan_targets(["system"], [], "soak")
+    plan = soak_plan.SoakPlan(targets, epochs=50, epoch_ms=100, warmup_epochs=1, syscall_pass_s=0)
 
     def kill_after_third(run, row):
         if row["epoch"] == 3:

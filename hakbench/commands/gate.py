@@ -17,6 +17,7 @@ from hakbench.engine.meta import collect_meta, git_state
 from hakbench.engine.progress import Progress
 from hakbench.engine.store import append_jsonl, default_run_dir, write_json
 from hakbench.experiments import gate as g
+from hakbench.experiments import gate_verdict as gv
 
 
 @click.command("gate")
@@ -100,7 +101,7 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
     except KeyboardInterrupt:
         progress.close()
         if baseline is not None and done:  # what finished, judged
-            click.echo(g.table(g.compare(spec, baseline["cells"], done)))
+            click.echo(gv.table(gv.compare(spec, baseline["cells"], done)))
         interrupts.exit_stopped(
             f"{len(done)} of {len(cells)} cells measured, their runs in {out}; "
             "the baseline was left as it was"
@@ -118,27 +119,27 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         write_json(path, g.baseline_document(spec, rows, git_state().get("commit")))
         click.echo(f"wrote {path} ({len(rows)} cells, {seconds:.0f} s)")
         return
-    judged = g.compare(spec, baseline["cells"], rows)
-    differences = g.toolchain_differences(baseline.get("toolchain", {}), g.toolchain())
+    judged = gv.compare(spec, baseline["cells"], rows)
+    differences = gv.toolchain_differences(baseline.get("toolchain", {}), g.toolchain())
     if differences:
         click.echo("note: toolchain differs from the baseline's; counts may move for that reason:")
         for d in differences:
             click.echo(f"  {d}")
-    click.echo(g.table(judged))
-    click.echo(g.faults_rule(spec))
-    failed = [r for r in judged if r.status == g.FAILED]
+    click.echo(gv.table(judged))
+    click.echo(gv.faults_rule(spec))
+    failed = [r for r in judged if r.status == gv.FAILED]
     if failed:
         raise MeasurementError(
             f"gate: {failed[0].profile} {failed[0].workload} could not be measured: "
             f"{failed[0].error}"
         )
-    bad = g.failing(judged)
+    bad = gv.failing(judged)
     if bad:
-        rose = sorted({r.workload for r in bad if r.status == g.ROSE})
-        dropped = sorted({r.workload for r in bad if r.status == g.DROPPED})
-        faults_rose = sorted({r.workload for r in bad if r.faults_status == g.ROSE})
-        faults_dropped = sorted({r.workload for r in bad if r.faults_status == g.DROPPED})
-        new = sorted({r.workload for r in bad if r.status == g.NEW})
+        rose = sorted({r.workload for r in bad if r.status == gv.ROSE})
+        dropped = sorted({r.workload for r in bad if r.status == gv.DROPPED})
+        faults_rose = sorted({r.workload for r in bad if r.faults_status == gv.ROSE})
+        faults_dropped = sorted({r.workload for r in bad if r.faults_status == gv.DROPPED})
+        new = sorted({r.workload for r in bad if r.status == gv.NEW})
         parts = []
         if rose:
             parts.append(f"instructions rose on {', '.join(rose)}")

@@ -12,7 +12,7 @@ from hakbench.engine.load import describe as describe_load
 from hakbench.engine.meta import command_line
 from hakbench.engine.progress import progress_reporter
 from hakbench.engine.store import default_run_dir, read_json
-from hakbench.experiments import matrix
+from hakbench.experiments import matrix, matrix_spec
 from hakbench.experiments.shard import parse_shard
 from hakbench.report.apps import write_apps_report
 from hakbench.tables import matrix_summary
@@ -55,7 +55,7 @@ def print_summaries(summaries: list[matrix_summary.CellSummary]) -> None:
 @click.option("--runs", type=click.IntRange(1, 10000), help="measured rounds (default: file's)")
 @click.option(
     "--metric",
-    type=click.Choice(sorted(matrix.METRIC_OF)),
+    type=click.Choice(sorted(matrix_spec.METRIC_OF)),
     help="throughput (timed runs) or instructions (Ir per op; default: file's)",
 )
 @click.option(
@@ -83,14 +83,14 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
         meta = read_json(resume / "meta.json")
         recorded = meta.get("matrix") or {}
         where = f"{resume}/meta.json"
-        spec = matrix.parse_matrix(
+        spec = matrix_spec.parse_matrix(
             recorded.get("text", ""), where, Path(recorded.get("file") or where)
         )
         shard_kn = shard_kn or (
             tuple(meta["shard"][k] for k in "kn") if meta.get("shard") else None
         )
     else:
-        spec = matrix.load_matrix(matrix_file)
+        spec = matrix_spec.load_matrix(matrix_file)
     suffix = f"-shard{shard_kn[0]}of{shard_kn[1]}" if shard_kn else ""
     out_dir = resume or out or default_run_dir(f"matrix-{spec.name}{suffix}")
     try:

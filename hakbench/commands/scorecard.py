@@ -13,7 +13,7 @@ from hakbench.core.errors import EXIT_GATE, UsageError
 from hakbench.engine import interrupts
 from hakbench.engine.meta import command_line
 from hakbench.engine.progress import progress_reporter
-from hakbench.experiments import scorecard
+from hakbench.experiments import scorecard, scorecard_refresh
 
 
 @click.command("scorecard")
@@ -79,9 +79,9 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
         started = time.monotonic()
         try:
             if misuse:
-                run_dir = scorecard.refresh_misuse(results, command=command_line())
+                run_dir = scorecard_refresh.refresh_misuse(results, command=command_line())
             else:
-                run_dir = scorecard.refresh(
+                run_dir = scorecard_refresh.refresh(
                     results,
                     matrix=matrix_file,
                     quick=quick,

@@ -12,14 +12,14 @@ from hakbench.core.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.engine import engine, interrupts
 from hakbench.engine.meta import command_line
 from hakbench.engine.progress import Progress
-from hakbench.experiments import soak
+from hakbench.experiments import soak, soak_figures, soak_plan, soak_process
 from hakbench.report.soak import verdict_lines
 
 
 class _SoakProgress:
     """One bar per soak process (epochs), a plain line for each other phase."""
 
-    def __init__(self, plan: soak.SoakPlan):
+    def __init__(self, plan: soak_plan.SoakPlan):
         self.plan = plan
         self.bar: Progress | None = None
 
@@ -30,10 +30,10 @@ class _SoakProgress:
         else:
             click.echo(f"hakbench soak: {text}", err=True)
 
-    def epoch(self, run: soak.SoakRun, row: dict) -> None:
+    def epoch(self, run: soak_process.SoakRun, row: dict) -> None:
         if self.bar is None:
             return
-        rss_kb = soak.epoch_rss_kb(row)
+        rss_kb = soak_figures.epoch_rss_kb(row)
         rss = "?" if rss_kb is None else f"{rss_kb / 1024:.1f} MiB"
         self.bar.step(True, f"RSS {rss}, {row['ops_s'] / 1e6:.2f}M ops/s")
 
@@ -94,13 +94,13 @@ def _pct_option(value: float, name: str) -> float:
 )
 @click.option(
     "--rss-budget",
-    default=soak.Thresholds.rss_pct_per_h,
+    default=soak_plan.Thresholds.rss_pct_per_h,
     show_default=True,
     help="Max RSS growth, %/h (FAIL beyond it when the trend's CI excludes 0).",
 )
 @click.option(
     "--ops-budget",
-    default=soak.Thresholds.ops_pct_per_h,
+    default=soak_plan.Thresholds.ops_pct_per_h,
     show_default=True,
     help="Max ops/s decline, %/h (same rule).",
 )
@@ -113,7 +113,7 @@ def _pct_option(value: float, name: str) -> float:
 )
 @click.option(
     "--syscall-budget",
-    default=soak.Thresholds.syscalls_per_kop,
+    default=soak_plan.Thresholds.syscalls_per_kop,
     show_default=True,
     help="Max mmap+munmap+madvise+brk+mremap per 1000 ops.",
 )
@@ -157,30 +157,32 @@ def soak_command(
         meta = engine.stored_meta(resume, "soak")
         if "soak_plan" not in meta:
             raise UsageError(f"--resume {resume}: a soak made before soak could resume")
-        plan = soak.plan_of(meta["soak_plan"])
+        plan = soak_plan.plan_of(meta["soak_plan"])
         _soak_and_report(plan, resume, report_only, resume=True)
         return
-    epochs, epoch_ms = soak.plan_epochs(soak.parse_duration(duration), soak.parse_duration(epoch))
-    thresholds = soak.Thresholds(
+    epochs, epoch_ms = soak_plan.plan_epochs(
+        soak_plan.parse_duration(duration), soak_plan.parse_duration(epoch)
+    )
+    thresholds = soak_plan.Thresholds(
         rss_pct_per_h=_pct_option(rss_budget, "--rss-budget"),
         ops_pct_per_h=_pct_option(ops_budget, "--ops-budget"),
         cv_pct=None if cv_budget is None else _pct_option(cv_budget, "--cv-budget"),
         syscalls_per_kop=_pct_option(syscall_budget, "--syscall-budget"),
     )
     if warmup_epochs is None:
-        warmup_epochs = soak.default_warmup_epochs(epochs)
+        warmup_epochs = soak_plan.default_warmup_epochs(epochs)
     if warmup_epochs > epochs - 2:
         raise UsageError(
             f"--warmup-epochs {warmup_epochs} leaves fewer than 2 of the {epochs} epochs "
             "to judge; lengthen --duration or shorten --epoch"
         )
-    plan = soak.SoakPlan(
-        targets=soak.plan_targets(allocators, profiles, workload),
+    plan = soak_plan.SoakPlan(
+        targets=soak_plan.plan_targets(allocators, profiles, workload),
         epochs=epochs,
         epoch_ms=epoch_ms,
         warmup_epochs=warmup_epochs,
         leak_kb_per_s=leak_kb_per_s,
-        syscall_pass_s=soak.parse_duration(syscall_pass),
+        syscall_pass_s=soak_plan.parse_duration(syscall_pass),
         thresholds=thresholds,
         workload=workload,
         allocators=tuple(allocators),
@@ -189,7 +191,9 @@ def soak_command(
     _soak_and_report(plan, out_dir or soak.default_out_dir(), report_only)
 
 
-def _soak_and_report(plan: soak.SoakPlan, out: Path, report_only: bool, *, resume=False) -> None:
+def _soak_and_report(
+    plan: soak_plan.SoakPlan, out: Path, report_only: bool, *, resume=False
+) -> None:
     progress = _SoakProgress(plan)
     session = soak.run_soak(
         plan,
@@ -215,7 +219,7 @@ def _soak_and_report(plan: soak.SoakPlan, out: Path, report_only: bool, *, resum
     broken = [r for r in session.runs if r.status != "complete"]
     if broken:
         raise MeasurementError(f"{broken[0].target.label}: {broken[0].cause}")
-    failed = soak.failed_verdicts(summary)
+    failed = soak_figures.failed_verdicts(summary)
     if failed and not report_only:
         click.echo(f"hakbench soak: FAIL ({'; '.join(failed)})", err=True)
         sys.exit(EXIT_GATE)

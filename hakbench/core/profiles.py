@@ -11,6 +11,7 @@ Names match case-insensitively.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import subprocess
@@ -281,3 +282,13 @@ def validate_env(env: Mapping[str, str], options: Iterable[dict], where: str = "
         allowed = table[key].get("values")
         if allowed and str(value).upper() not in {str(a).upper() for a in allowed}:
             raise UsageError(f"{key}={value}{loc}: allowed values are {', '.join(allowed)}")
+
+
+def scaled_workload(workload: Workload, scale: float) -> Workload:
+    """The workload with its iteration count (``iters_flag``) multiplied by ``scale``."""
+    if not workload.iters_flag or workload.iters_flag not in workload.args:
+        raise UsageError(f"workload '{workload.name}' has no iters_flag: its length is fixed")
+    args = list(workload.args)
+    i = args.index(workload.iters_flag) + 1
+    args[i] = str(max(1, round(int(args[i]) * scale)))
+    return dataclasses.replace(workload, args=tuple(args))

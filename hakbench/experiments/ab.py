@@ -42,8 +42,8 @@ from hakbench.experiments.ab_analysis import (
 )
 from hakbench.experiments.ab_output import history_lines, write_outputs
 from hakbench.experiments.ab_spec import TIMED_METRICS, ABResult, ABSpec
-from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
+from hakbench.stats.stopper import Stopper
 
 
 def run_ab(
@@ -177,7 +177,7 @@ class _Run:
         self.replayed = {"s": 0.0, "pending": 0.0}
         own = primaries(cells)
         self.stopper = (
-            seq.Stopper(
+            Stopper(
                 {w: METRICS[own.get(w, spec.metric)].higher_is_better for w in cells},
                 spec.threshold_pct,
                 max_time_s=spec.max_time_s,

@@ -15,6 +15,7 @@ from hakbench.experiments.ab_spec import ABSpec
 from hakbench.experiments.engagement import engagement
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
+from hakbench.stats.stopper import Stopper
 
 
 def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
@@ -186,7 +187,7 @@ def judge_run(
     engaged: dict,
     *,
     pair_seconds: dict,
-    stopper: seq.Stopper | None,
+    stopper: Stopper | None,
 ) -> tuple[list, dict, dict]:
     """(comparisons, roles, failures by workload) of a run's samples: every metric
     compared, the primary one given its pairs' seconds and, sequential, the stop that

@@ -49,6 +49,7 @@ from hakbench.engine.schedule import complete_pairs
 from hakbench.experiments.ab_spec import DEFAULT_MAX_PAIRS, DEFAULT_MAX_TIME_S, ABSpec
 from hakbench.stats import sequential as seq
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO, robust_sd, wilson_ci
+from hakbench.stats.stopper import Stopper
 
 # Side A of the slowdowns runs one op per burst, so both sides run the same chunked loop and
 # B - A is the burst alone (docs/measuring.md, "The injected cost").
@@ -105,7 +106,7 @@ def sequential_trial(
     skipped) until the verdict is decisive or a budget runs out; higher throughput is better.
     The rule is ``ab``'s own (``sequential.Stopper``, one workload, a round per pair).
     Returns verdict, n_pairs, seconds, estimate, low, high, failed and the log ratios."""
-    rule = seq.Stopper(
+    rule = Stopper(
         {"w": True}, threshold_pct, max_time_s=max_time_s, max_pairs=max_pairs, clock=clock
     )
     for pair in pairs:

@@ -1,89 +1,33 @@
-"""Matrices: cross axes into cells, run them interleaved round by round, resume, summarise.
-
-A matrix file (``profiles/matrices/*.toml``)::
-
-    name = "scorecard"
-    runs = 7              # measured rounds; every round runs every cell once
-    quick_runs = 3        # rounds for a quick refresh (optional)
-    warmup = 1            # rounds run first and discarded
-    seed = 1              # seeds the shuffled cell order of each round
-    metric = "throughput" # or "instructions" (callgrind / perf Ir per op)
-    instructions = true   # with throughput: also count Ir/op once per cell, after the rounds
-    reference = { allocator = "mimalloc" }   # ratios are to this cell, same workload
-
-    [axes]
-    allocator = ["hakmem", "system", "mimalloc"]
-    variant = ["fast"]
-    profile = ["C7_SAFE", "BALANCED"]
-    workload = ["mixed", "tiny_hot", "@apps"]   # @GROUP: every workload in that group
-    HAKMEM_SOME_SWITCH = [0, 1]   # any HAKMEM_* key is an axis
-
-Variant, profile and ``HAKMEM_*`` axes describe libhakmem only: for a reference allocator
-they collapse, so it gets one cell per workload. Why rounds: on this VM the speed drifts
-between two modes every few seconds (docs/measuring.md), so
-each round runs every cell once in a fresh seeded order, and cells are compared round by
-round rather than as one block after another. The summary table (medians, CIs, ratios to
-the reference, summary.csv) is ``hakbench.tables.matrix_summary``.
+"""Matrices run: a matrix's cells (``make_matrix_cells``), run interleaved round by round
+(``plan``: every round runs every cell once in a seeded shuffle, each cell back to back with
+its reference) through the engine, resumed by cell, phase, round and pair, and summarised
+(``write_dir_summary``). The file format is ``hakbench.experiments.matrix_spec``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import tomllib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench.core.allocators import VARIANTS, is_path_spec, resolve_allocator
+from hakbench.core.allocators import resolve_allocator
 from hakbench.core.errors import MeasurementError, UsageError
-from hakbench.core.profiles import (
-    expand_workloads,
-    load_options,
-    load_profiles,
-    load_workloads,
-    resolve_profile,
-    validate_env,
-)
 from hakbench.engine import schedule
+from hakbench.experiments.matrix_spec import (
+    METRIC_OF,
+    MatrixSpec,
+    coords_label,
+    expand_coords,
+    ordered_coords,
+)
 from hakbench.tables.matrix_summary import (
     CellSummary,
     reference_index,
     summarize,
     write_summary_csv,
 )
-
-METRIC_OF = {"throughput": "throughput", "instructions": "ir_per_op"}
-NAMED_AXES = ("allocator", "variant", "profile", "workload")
-TOP_KEYS = {
-    "gate",  # read by hakbench gate, not by the matrix
-    "name",
-    "description",
-    "runs",
-    "quick_runs",
-    "warmup",
-    "seed",
-    "metric",
-    "reference",
-    "axes",
-    "instructions",
-}
-
-
-@dataclass(frozen=True)
-class MatrixSpec:
-    name: str
-    description: str
-    axes: dict  # axis -> tuple of values (strings), in file order
-    runs: int
-    warmup: int
-    seed: int
-    metric: str  # "throughput" | "instructions"
-    reference: dict  # axis -> value selecting the reference cell of each workload
-    quick_runs: int
-    instructions: bool = False  # one instruction-count sample per cell after the timed rounds
-    path: Path | None = None
-    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,149 +76,6 @@ class PlannedSample:
 PLAN_VERSION = 2
 
 
-def coords_label(coord: Mapping[str, str]) -> str:
-    """``hakmem:fast/C7_SAFE[HAKMEM_X=1]`` or ``mimalloc`` (the workload is not part of it)."""
-    label = coord["allocator"]
-    if coord.get("variant"):
-        label += f":{coord['variant']}"
-    if coord.get("profile"):
-        label += f"/{coord['profile']}"
-    sets = [f"{k}={v}" for k, v in coord.items() if k.startswith("HAKMEM_")]
-    if sets:
-        label += "[" + ",".join(sets) + "]"
-    return label
-
-
-def _axis_value(axis: str, value) -> str:
-    """TOML value -> the string a cell uses: booleans as 1/0 (like profiles), names in the
-    case the lab spells them (profiles upper, workloads and allocators lower)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    text = str(value)
-    if axis == "profile":
-        return text.upper()
-    if axis == "allocator" and is_path_spec(text):
-        return text  # a library path keeps its case
-    return text.lower() if axis in ("allocator", "workload") else text
-
-
-def _positive_int(data: dict, key: str, default: int, where: str, minimum: int = 1) -> int:
-    value = data.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UsageError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def parse_matrix(text: str, where: str = "matrix", path: Path | None = None) -> MatrixSpec:
-    """Parse and shape-check a matrix; names are checked against the lab by ``expand``."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{where}: malformed TOML: {e}") from None
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(TOP_KEYS)}")
-    raw_axes = data.get("axes")
-    if not isinstance(raw_axes, dict) or not raw_axes:
-        raise UsageError(f"{where}: needs an [axes] table")
-    axes: dict = {}
-    for axis, values in raw_axes.items():
-        if axis not in NAMED_AXES and not axis.startswith("HAKMEM_"):
-            raise UsageError(
-                f"{where}: unknown axis '{axis}'; axes are {', '.join(NAMED_AXES)} or HAKMEM_* keys"
-            )
-        if not isinstance(values, list) or not values:
-            raise UsageError(f"{where}: axis '{axis}' must be a non-empty list")
-        norm = [_axis_value(axis, v) for v in values]
-        if len(set(norm)) != len(norm):
-            raise UsageError(f"{where}: axis '{axis}' repeats a value: {norm}")
-        axes[axis] = tuple(norm)
-    for axis in ("allocator", "workload"):
-        if axis not in axes:
-            raise UsageError(f"{where}: [axes] needs '{axis}'")
-    metric = data.get("metric", "throughput")
-    if metric not in METRIC_OF:
-        raise UsageError(f"{where}: metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
-    reference = data.get("reference", {"allocator": axes["allocator"][0]})
-    if not isinstance(reference, dict) or "allocator" not in reference:
-        raise UsageError(f"{where}: reference must be a table naming at least an allocator")
-    reference = {str(k): _axis_value(str(k), v) for k, v in reference.items()}
-    for axis, value in reference.items():
-        if axis not in axes or value not in axes[axis]:
-            raise UsageError(f"{where}: reference {axis}={value} is not a value of that axis")
-    runs = _positive_int(data, "runs", 5, where)
-    instructions = data.get("instructions", False)
-    if not isinstance(instructions, bool):
-        raise UsageError(f"{where}: instructions must be true or false")
-    return MatrixSpec(
-        name=str(data.get("name") or (path.stem if path else "matrix")),
-        description=str(data.get("description", "")),
-        axes=axes,
-        runs=runs,
-        warmup=_positive_int(data, "warmup", 1, where, minimum=0),
-        seed=_positive_int(data, "seed", 1, where, minimum=0),
-        metric=metric,
-        reference=reference,
-        quick_runs=_positive_int(data, "quick_runs", min(3, runs), where),
-        instructions=instructions,
-        path=path,
-        text=text,
-    )
-
-
-def load_matrix(path: Path | str) -> MatrixSpec:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read matrix {path}: {e.strerror}") from None
-    return parse_matrix(text, str(path), path)
-
-
-def expand_coords(spec: MatrixSpec, *, validate_options: bool = True) -> list[dict]:
-    """Every cell's coordinates, workload outermost; unknown axis values raise UsageError.
-
-    Reference allocators collapse the hakmem-only axes. ``validate_options`` checks the
-    ``HAKMEM_*`` axes against the built options table (``make_cell`` checks profiles).
-    """
-    workloads = load_workloads()
-    axes = {**spec.axes, "workload": tuple(expand_workloads(spec.axes["workload"], workloads))}
-    for a in axes["allocator"]:
-        resolve_allocator(a)  # unknown name -> UsageError naming it
-    for v in axes.get("variant", ()):
-        if v not in VARIANTS:
-            raise UsageError(f"unknown variant '{v}' in axis variant; known: {', '.join(VARIANTS)}")
-    profiles = load_profiles()
-    for p in axes.get("profile", ()):
-        resolve_profile(p, profiles)
-    set_axes = [a for a in axes if a.startswith("HAKMEM_")]
-    if validate_options and set_axes:
-        options = load_options()
-        for axis in set_axes:
-            for value in axes[axis]:
-                validate_env({axis: value}, options, f"axis {axis}")
-
-    hakmem_combos: list[list[tuple]] = [[]]
-    for axis, values in (
-        ("variant", axes.get("variant", ("fast",))),
-        ("profile", axes.get("profile", ())),
-        *((a, axes[a]) for a in set_axes),
-    ):
-        if values:
-            hakmem_combos = [[*c, (axis, v)] for c in hakmem_combos for v in values]
-
-    out = []
-    for workload in axes["workload"]:
-        for alloc in axes["allocator"]:
-            name = resolve_allocator(alloc).name
-            combos = hakmem_combos if name == "hakmem" else [[]]
-            for combo in combos:
-                coord = {"workload": workload, "allocator": name, **dict(combo)}
-                if coord not in out:
-                    out.append(coord)
-    return out
-
-
 def make_matrix_cells(
     spec: MatrixSpec, *, build: Path | None = None
 ) -> tuple[list[MatrixCell], list[Skipped]]:
@@ -299,13 +100,8 @@ def make_matrix_cells(
             sets=sets or None,
             build=build,
         )
-        cells.append(MatrixCell(tuple(_ordered(coord)), cell))
+        cells.append(MatrixCell(tuple(ordered_coords(coord)), cell))
     return cells, skipped
-
-
-def _ordered(coord: Mapping[str, str]) -> list[tuple[str, str]]:
-    first = [(a, coord[a]) for a in NAMED_AXES if a in coord]
-    return first + [(k, v) for k, v in coord.items() if k not in NAMED_AXES]
 
 
 def plan(
@@ -391,6 +187,73 @@ def _meta_cells_match(meta: dict, cells: list[MatrixCell], where: Path) -> None:
         )
 
 
+def _runnable_cells(spec: MatrixSpec, metric: str, build, shard) -> tuple[list, list, dict | None]:
+    """(the cells to run, the skipped ones, the shard record): bad input in one line."""
+    cells, skipped = make_matrix_cells(spec, build=build)
+    commands = sorted({c.cell.workload.name for c in cells if c.cell.workload.command})
+    if metric == "instructions" and commands:
+        raise UsageError(
+            f"metric instructions counts harness ops; command workload(s) {', '.join(commands)} "
+            "have none (use metric throughput: they are judged on their own time)"
+        )
+    if not cells:
+        reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
+        raise MeasurementError(f"matrix {spec.name}: no cell can run ({reasons})")
+    if not shard:
+        return cells, skipped, None
+    from hakbench.experiments.shard import shard_cells
+
+    picked = shard_cells(reference_index([c.coord for c in cells], spec.reference), *shard)
+    shard_info = {"k": shard[0], "n": shard[1], "cells": picked, "of": len(cells)}
+    return [cells[i] for i in picked], skipped, shard_info
+
+
+def _matrix_record(spec: MatrixSpec, metric: str, runs: int, instructions: bool) -> dict:
+    """What meta.json keeps of the matrix: its text and the plan this run follows."""
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "file": str(spec.path) if spec.path else None,
+        "text": spec.text,
+        "runs": runs,
+        "warmup": spec.warmup if metric == "throughput" else 0,
+        "seed": spec.seed,
+        "metric": metric,
+        "reference": spec.reference,
+        "instructions": bool(instructions and metric == "throughput"),
+        "plan": PLAN_VERSION,
+    }
+
+
+def _resumed_meta(out_dir: Path, cells, ident: dict, shard_info, metric: str, runs) -> tuple:
+    """(the stored meta.json, the rounds to finish) of a matrix run to resume, after checking
+    that it ran these cells, this shard, this metric and plan, on this tree, build and
+    machine (runs before the identity was recorded resume unchecked); one line otherwise."""
+    from hakbench.engine import engine
+    from hakbench.engine.store import read_json
+
+    if not (out_dir / "meta.json").exists():
+        raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
+    meta = read_json(out_dir / "meta.json")
+    _meta_cells_match(meta, cells, out_dir)
+    if "identity" in meta:
+        engine.check_identity(meta["identity"], ident, out_dir)
+    if meta.get("shard") != shard_info:
+        raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
+    if meta["matrix"]["metric"] != metric:
+        raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
+    if meta["matrix"].get("plan", 1) != PLAN_VERSION:
+        old = meta["matrix"].get("plan", 1)
+        raise UsageError(
+            f"--resume {out_dir}: it ran in plan {old}'s order, not plan {PLAN_VERSION}'s "
+            "(adjacent pairs); start a new --out"
+        )
+    runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
+    meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
+    meta.setdefault("resumed", []).append(_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    return meta, runs
+
+
 def run_matrix(
     spec: MatrixSpec,
     out_dir: Path,
@@ -417,80 +280,30 @@ def run_matrix(
     from hakbench.engine import engine, interrupts
     from hakbench.engine.load import LoadMonitor
     from hakbench.engine.meta import collect_meta
-    from hakbench.engine.store import RunStore, read_json
+    from hakbench.engine.store import RunStore
 
     metric = metric or spec.metric
     if metric not in METRIC_OF:
         raise UsageError(f"metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
-    cells, skipped = make_matrix_cells(spec, build=build)
-    commands = sorted({c.cell.workload.name for c in cells if c.cell.workload.command})
-    if metric == "instructions" and commands:
-        raise UsageError(
-            f"metric instructions counts harness ops; command workload(s) {', '.join(commands)} "
-            "have none (use metric throughput: they are judged on their own time)"
-        )
-    if not cells:
-        reasons = "; ".join(f"{s.label}: {s.reason}" for s in skipped)
-        raise MeasurementError(f"matrix {spec.name}: no cell can run ({reasons})")
-    shard_info = None
-    if shard:
-        from hakbench.experiments.shard import shard_cells
-
-        picked = shard_cells(reference_index([c.coord for c in cells], spec.reference), *shard)
-        shard_info = {"k": shard[0], "n": shard[1], "cells": picked, "of": len(cells)}
-        cells = [cells[i] for i in picked]
+    cells, skipped, shard_info = _runnable_cells(spec, metric, build, shard)
     out_dir = Path(out_dir)
     samples_file = out_dir / "samples.jsonl"
-    meta_file = out_dir / "meta.json"
     ident = engine.identity((c.cell for c in cells), out_dir)
     if resume:
-        if not meta_file.exists():
-            raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
-        meta = read_json(meta_file)
-        _meta_cells_match(meta, cells, out_dir)
-        if "identity" in meta:  # (runs before the identity was recorded resume unchecked)
-            engine.check_identity(meta["identity"], ident, out_dir)
-        if meta.get("shard") != shard_info:
-            raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
-        if meta["matrix"]["metric"] != metric:
-            raise UsageError(f"--resume {out_dir}: it measured {meta['matrix']['metric']}")
-        if meta["matrix"].get("plan", 1) != PLAN_VERSION:
-            old = meta["matrix"].get("plan", 1)
-            raise UsageError(
-                f"--resume {out_dir}: it ran in plan {old}'s order, not plan {PLAN_VERSION}'s "
-                "(adjacent pairs); start a new --out"
-            )
-        runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
-        meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
-        meta.setdefault("resumed", []).append(
-            _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        )
+        meta, runs = _resumed_meta(out_dir, cells, ident, shard_info, metric, runs)
     else:
         if samples_file.exists():
             raise UsageError(
                 f"{out_dir} already holds samples; pass --resume {out_dir} or a new --out"
             )
-        runs = runs or spec.runs
-        warmup = spec.warmup if metric == "throughput" else 0
         if instructions is None:
             instructions = spec.instructions
+        runs = runs or spec.runs
         meta = collect_meta(
             command,
             kind="matrix",
             run_id=out_dir.name,
-            matrix={
-                "name": spec.name,
-                "description": spec.description,
-                "file": str(spec.path) if spec.path else None,
-                "text": spec.text,
-                "runs": runs,
-                "warmup": warmup,
-                "seed": spec.seed,
-                "metric": metric,
-                "reference": spec.reference,
-                "instructions": bool(instructions and metric == "throughput"),
-                "plan": PLAN_VERSION,
-            },
+            matrix=_matrix_record(spec, metric, runs, instructions),
             cells=cells_meta(cells),
             skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
             shard=shard_info,

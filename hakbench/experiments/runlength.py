@@ -33,14 +33,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hakbench.core.errors import UsageError
-from hakbench.core.profiles import Workload, resolve_workload
+from hakbench.core.profiles import Workload, resolve_workload, scaled_workload
 from hakbench.engine import engine
 from hakbench.engine.meta import fingerprint, machine
 from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
 from hakbench.engine.store import read_json, write_json
 from hakbench.experiments import calibration
-from hakbench.experiments.gate import scaled_workload
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
 from hakbench.stats.stats import robust_sd

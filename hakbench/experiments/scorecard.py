@@ -1,7 +1,7 @@
 """The scorecard: libhakmem against the reference allocators, rebuilt from stored samples.
 
-``refresh`` runs ``profiles/matrices/scorecard.toml`` and keeps a compact copy of its
-samples in ``results/scorecard/`` (samples.jsonl + meta.json, committed). ``render``
+``scorecard_refresh.refresh`` runs ``profiles/matrices/scorecard.toml`` and keeps a compact
+copy of its samples in ``results/scorecard/`` (samples.jsonl + meta.json, committed). ``render``
 rebuilds everything else from that directory alone — ``results/scorecard.csv``,
 ``results/SCORECARD.md``, ``results/plots/*.png`` and ``results/history.csv`` — so anyone
 regenerates the same bytes, and ``check`` proves the committed files are what the committed
@@ -22,9 +22,8 @@ import tempfile
 from pathlib import Path
 
 from hakbench.core import paths
-from hakbench.core.errors import MeasurementError, UsageError
-from hakbench.engine.store import load_samples, read_json, read_jsonl, write_json, write_jsonl
-from hakbench.experiments.matrix import load_matrix, run_matrix
+from hakbench.core.errors import UsageError
+from hakbench.engine.store import load_samples, read_json, read_jsonl
 from hakbench.tables.matrix_summary import (
     SUMMARY_RATIO_FIELDS,
     SUMMARY_STATS_FIELDS,
@@ -37,15 +36,10 @@ from hakbench.tables.scorecard_model import Scorecard
 
 # metric -> decimals in the CSV; throughput is the primary, the others sit beside it.
 REPORT_METRICS = {"throughput": 0, "maxrss_kb": 0, "minflt": 0, "ir_per_op": 2}
-# What a stored sample keeps; the rest (env, argv, allocator stats, stderr of good runs)
-# is either in meta.json once per cell or not needed to rebuild the scorecard.
-KEPT_FIELDS = ("seq", "cell", "round", "pair", "side", "phase", "status", "error", "metrics")
-KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sample used
 
 # The applications-and-stress section: profiles/matrices/apps.toml, stored apart (its rounds
 # are seconds long, so it is refreshed on its own: `scorecard --refresh --apps`).
 APPS_STORED_DIR = "scorecard-apps"
-APPS_KEPT_METRICS = ("cpu_s", "wall_s", "app_time_s", "app_rate", "throughput", "maxrss_kb")
 
 # The heap-misuse section: the raw probe records of `hakbench misuse` (probes.jsonl +
 # meta.json, committed), from which render classifies every probe again and writes the tidy
@@ -284,50 +278,6 @@ def misuse_section(results: Path, out: Path) -> tuple[str, Path]:
     return scorecard_section(rows, meta, MISUSE_DIR), table
 
 
-def refresh_misuse(results: Path, *, command=None) -> Path:
-    """Run every misuse pattern under the default allocators (hakmem once per variant of
-    ``misuse.HAKMEM_VARIANTS``), store the records in ``results/misuse/`` and regenerate.
-    The stored section is replaced only when the run finished and some probe ran."""
-    from hakbench.engine.meta import collect_meta
-    from hakbench.engine.store import default_run_dir
-    from hakbench.experiments import misuse
-
-    targets, skipped = misuse.resolve_targets(misuse.DEFAULT_ALLOCATORS, misuse.HAKMEM_VARIANTS)
-    if not targets:
-        raise MeasurementError("no allocator to probe: every default one is unavailable")
-    patterns = misuse.list_patterns()
-    run_dir = results / "runs" / default_run_dir("scorecard-misuse").name
-    run = misuse.run_misuse(
-        targets,
-        patterns,
-        run_dir,
-        skipped=skipped,
-        meta=collect_meta(command),
-        label="misuse probes",
-    )
-    if run.interrupted:
-        raise KeyboardInterrupt
-    if all(r["outcome"] == "error" for r in run.rows):
-        raise MeasurementError(
-            f"every misuse probe failed to run; stored section left as it was; see {run_dir}"
-        )
-    meta = read_json(run_dir / "meta.json")
-    meta.pop("cwd", None)
-    meta["full_run"] = run_dir.name
-    d = stored_dir(results, MISUSE_DIR)
-    tmp = d.with_name(d.name + ".new")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write_jsonl(tmp / "probes.jsonl", run.records)
-    write_json(tmp / "meta.json", meta)
-    if d.exists():
-        shutil.rmtree(d)
-    tmp.rename(d)
-    render(results)
-    return run_dir
-
-
 def check(results: Path) -> list[str]:
     """Regenerate into a temporary directory; one readable message per differing file."""
     from hakbench.report.scorecard_plots import same_maker
@@ -372,100 +322,3 @@ def check(results: Path) -> list[str]:
         )
         problems += [f"{rel}: not produced by the stored samples (delete it)" for rel in stale]
     return problems
-
-
-def compact_sample(sample: dict, metrics_kept=REPORT_METRICS) -> dict:
-    """The part of a sample the scorecard needs; stderr only for a sample that failed."""
-    out = {k: sample.get(k) for k in KEPT_FIELDS}
-    out.update({k: sample[k] for k in KEPT_IF_PRESENT if sample.get(k)})
-    if (sample.get("process") or {}).get("malloc_impl"):  # a command workload's preload probe
-        out["process"] = {"malloc_impl": sample["process"]["malloc_impl"]}
-    metrics = sample.get("metrics") or {}
-    out["metrics"] = {k: v for k, v in metrics.items() if k in metrics_kept}
-    if sample.get("status") != "ok":
-        out["stderr_tail"] = sample.get("stderr_tail", "")
-    return out
-
-
-def store_refresh(
-    run_dir: Path,
-    results: Path,
-    extra_meta: dict,
-    name: str = STORED_DIR,
-    metrics_kept=REPORT_METRICS,
-) -> Path:
-    """Copy a finished matrix run into ``results/<name>/``, compacted. Files the refresh does
-    not write (the gate's baseline, ``gate.json``) are kept."""
-    samples = load_samples(run_dir / "samples.jsonl")
-    meta = read_json(run_dir / "meta.json")
-    meta.update(extra_meta)
-    meta["matrix"].pop("text", None)
-    meta.pop("cwd", None)
-    d = stored_dir(results, name)
-    tmp = d.with_name(d.name + ".new")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write_jsonl(tmp / "samples.jsonl", [compact_sample(s, metrics_kept) for s in samples])
-    write_json(tmp / "meta.json", meta)
-    if d.exists():
-        for kept in d.iterdir():
-            if not (tmp / kept.name).exists():
-                kept.rename(tmp / kept.name)
-        shutil.rmtree(d)
-    tmp.rename(d)
-    return d
-
-
-def refresh(
-    results: Path,
-    *,
-    matrix: Path | None = None,
-    quick: bool = False,
-    runs: int | None = None,
-    command: list[str] | str | None = None,
-    on_sample=None,
-    apps: bool = False,
-) -> Path:
-    """Run the scorecard matrix, store its samples, append history, regenerate the files.
-
-    ``quick`` runs the matrix's quick_runs rounds and skips its instruction counts.
-    ``apps`` runs the applications-and-stress matrix (``profiles/matrices/apps.toml``) into
-    ``results/scorecard-apps/`` instead; it has no history and no instruction counts.
-
-    The full run stays in ``results/runs/<id>/``; the stored scorecard is replaced only when
-    the run finished and at least one sample succeeded.
-    """
-    from hakbench.engine.store import default_run_dir
-
-    spec = load_matrix(matrix or (apps_matrix() if apps else default_matrix()))
-    runs = runs or (spec.quick_runs if quick else spec.runs)
-    run_dir = results / "runs" / default_run_dir(f"scorecard-{spec.name}").name
-    run = run_matrix(
-        spec,
-        run_dir,
-        runs=runs,
-        command=command,
-        on_sample=on_sample,
-        instructions=spec.instructions and not quick and not apps,
-    )
-    if not any(s.status == "ok" for s in run.summaries):
-        reasons = sorted({s.reason for s in run.summaries})
-        raise MeasurementError(
-            f"no cell of the scorecard succeeded ({'; '.join(reasons)[:300]}); "
-            f"stored scorecard left as it was; samples in {run_dir}"
-        )
-    extra = {"quick": quick, "full_run": str(run_dir.name)}
-    if apps:
-        store_refresh(run_dir, results, extra, APPS_STORED_DIR, APPS_KEPT_METRICS)
-        render(results)
-        return run_dir
-    store_refresh(run_dir, results, extra)
-    samples, meta = load_stored(results)
-    history_file = results / HISTORY_NAME
-    card = build_scorecard(samples, meta, [])
-    existing = history_file.read_text() if history_file.exists() else ""
-    new_rows = history_text(history_rows(card)).split("\n", 1)[1]
-    history_file.write_text((existing or ",".join(HISTORY_FIELDS) + "\n") + new_rows)
-    render(results)
-    return run_dir

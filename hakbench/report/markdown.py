@@ -8,8 +8,8 @@ from pathlib import Path
 from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
-from hakbench.stats.sequential import RULE as SEQ_RULE
 from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE, neutral_correction
+from hakbench.stats.stopper import RULE as SEQ_RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (

@@ -1,0 +1,179 @@
+"""A scorecard refresh: run a scorecard matrix (or the misuse probes), keep a compact copy
+of what it measured in ``results/<dir>/`` (committed), append history, and rebuild the
+files from it (``hakbench.experiments.scorecard.render``). The stored copy is replaced only
+when the run finished and something succeeded.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from hakbench.core.errors import MeasurementError
+from hakbench.engine.store import load_samples, read_json, write_json, write_jsonl
+from hakbench.experiments.matrix import run_matrix
+from hakbench.experiments.matrix_spec import load_matrix
+from hakbench.experiments.scorecard import (
+    APPS_STORED_DIR,
+    HISTORY_FIELDS,
+    HISTORY_NAME,
+    MISUSE_DIR,
+    REPORT_METRICS,
+    STORED_DIR,
+    apps_matrix,
+    build_scorecard,
+    default_matrix,
+    history_rows,
+    history_text,
+    load_stored,
+    render,
+    stored_dir,
+)
+
+# What a stored sample keeps; the rest (env, argv, allocator stats, stderr of good runs)
+# is either in meta.json once per cell or not needed to rebuild the scorecard.
+KEPT_FIELDS = ("seq", "cell", "round", "pair", "side", "phase", "status", "error", "metrics")
+KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sample used
+APPS_KEPT_METRICS = ("cpu_s", "wall_s", "app_time_s", "app_rate", "throughput", "maxrss_kb")
+
+
+def replace_stored(d: Path, files: dict, *, keep_others: bool = False) -> Path:
+    """Replace the stored directory ``d`` with ``files`` (name -> a list of rows for JSONL,
+    else a JSON document) at once: written beside it, then renamed over it. ``keep_others``:
+    files of ``d`` the refresh does not write (the gate's baseline, ``gate.json``) stay."""
+    tmp = d.with_name(d.name + ".new")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for name, data in files.items():
+        (write_jsonl if name.endswith(".jsonl") else write_json)(tmp / name, data)
+    if d.exists():
+        for kept in d.iterdir() if keep_others else ():
+            if not (tmp / kept.name).exists():
+                kept.rename(tmp / kept.name)
+        shutil.rmtree(d)
+    tmp.rename(d)
+    return d
+
+
+def compact_sample(sample: dict, metrics_kept=REPORT_METRICS) -> dict:
+    """The part of a sample the scorecard needs; stderr only for a sample that failed."""
+    out = {k: sample.get(k) for k in KEPT_FIELDS}
+    out.update({k: sample[k] for k in KEPT_IF_PRESENT if sample.get(k)})
+    if (sample.get("process") or {}).get("malloc_impl"):  # a command workload's preload probe
+        out["process"] = {"malloc_impl": sample["process"]["malloc_impl"]}
+    metrics = sample.get("metrics") or {}
+    out["metrics"] = {k: v for k, v in metrics.items() if k in metrics_kept}
+    if sample.get("status") != "ok":
+        out["stderr_tail"] = sample.get("stderr_tail", "")
+    return out
+
+
+def store_refresh(
+    run_dir: Path,
+    results: Path,
+    extra_meta: dict,
+    name: str = STORED_DIR,
+    metrics_kept=REPORT_METRICS,
+) -> Path:
+    """Copy a finished matrix run into ``results/<name>/``, compacted. Files the refresh does
+    not write (the gate's baseline, ``gate.json``) are kept."""
+    samples = load_samples(run_dir / "samples.jsonl")
+    meta = read_json(run_dir / "meta.json")
+    meta.update(extra_meta)
+    meta["matrix"].pop("text", None)
+    meta.pop("cwd", None)
+    compact = [compact_sample(s, metrics_kept) for s in samples]
+    files = {"samples.jsonl": compact, "meta.json": meta}
+    return replace_stored(stored_dir(results, name), files, keep_others=True)
+
+
+def refresh(
+    results: Path,
+    *,
+    matrix: Path | None = None,
+    quick: bool = False,
+    runs: int | None = None,
+    command: list[str] | str | None = None,
+    on_sample=None,
+    apps: bool = False,
+) -> Path:
+    """Run the scorecard matrix, store its samples, append history, regenerate the files.
+
+    ``quick`` runs the matrix's quick_runs rounds and skips its instruction counts.
+    ``apps`` runs the applications-and-stress matrix (``profiles/matrices/apps.toml``) into
+    ``results/scorecard-apps/`` instead; it has no history and no instruction counts.
+
+    The full run stays in ``results/runs/<id>/``; the stored scorecard is replaced only when
+    the run finished and at least one sample succeeded.
+    """
+    from hakbench.engine.store import default_run_dir
+
+    spec = load_matrix(matrix or (apps_matrix() if apps else default_matrix()))
+    runs = runs or (spec.quick_runs if quick else spec.runs)
+    run_dir = results / "runs" / default_run_dir(f"scorecard-{spec.name}").name
+    run = run_matrix(
+        spec,
+        run_dir,
+        runs=runs,
+        command=command,
+        on_sample=on_sample,
+        instructions=spec.instructions and not quick and not apps,
+    )
+    if not any(s.status == "ok" for s in run.summaries):
+        reasons = sorted({s.reason for s in run.summaries})
+        raise MeasurementError(
+            f"no cell of the scorecard succeeded ({'; '.join(reasons)[:300]}); "
+            f"stored scorecard left as it was; samples in {run_dir}"
+        )
+    extra = {"quick": quick, "full_run": str(run_dir.name)}
+    if apps:
+        store_refresh(run_dir, results, extra, APPS_STORED_DIR, APPS_KEPT_METRICS)
+        render(results)
+        return run_dir
+    store_refresh(run_dir, results, extra)
+    samples, meta = load_stored(results)
+    history_file = results / HISTORY_NAME
+    card = build_scorecard(samples, meta, [])
+    existing = history_file.read_text() if history_file.exists() else ""
+    new_rows = history_text(history_rows(card)).split("\n", 1)[1]
+    history_file.write_text((existing or ",".join(HISTORY_FIELDS) + "\n") + new_rows)
+    render(results)
+    return run_dir
+
+
+def refresh_misuse(results: Path, *, command=None) -> Path:
+    """Run every misuse pattern under the default allocators (hakmem once per variant of
+    ``misuse.HAKMEM_VARIANTS``), store the records in ``results/misuse/`` and regenerate.
+    The stored section is replaced only when the run finished and some probe ran."""
+    from hakbench.engine.meta import collect_meta
+    from hakbench.engine.store import default_run_dir
+    from hakbench.experiments import misuse
+
+    targets, skipped = misuse.resolve_targets(misuse.DEFAULT_ALLOCATORS, misuse.HAKMEM_VARIANTS)
+    if not targets:
+        raise MeasurementError("no allocator to probe: every default one is unavailable")
+    patterns = misuse.list_patterns()
+    run_dir = results / "runs" / default_run_dir("scorecard-misuse").name
+    run = misuse.run_misuse(
+        targets,
+        patterns,
+        run_dir,
+        skipped=skipped,
+        meta=collect_meta(command),
+        label="misuse probes",
+    )
+    if run.interrupted:
+        raise KeyboardInterrupt
+    if all(r["outcome"] == "error" for r in run.rows):
+        raise MeasurementError(
+            f"every misuse probe failed to run; stored section left as it was; see {run_dir}"
+        )
+    meta = read_json(run_dir / "meta.json")
+    meta.pop("cwd", None)
+    meta["full_run"] = run_dir.name
+    replace_stored(
+        stored_dir(results, MISUSE_DIR), {"probes.jsonl": run.records, "meta.json": meta}
+    )
+    render(results)
+    return run_dir

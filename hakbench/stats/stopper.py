@@ -1,0 +1,156 @@
+"""The stopping rule of a sequential A/B (``ab`` and ``calibrate --sequential``), pure of
+processes: after each round of pairs, a look at every running workload through its
+confidence sequence (``hakbench.stats.sequential``), the anytime p-values adjusted by Holm
+across the call's workloads, NEUTRAL's one-sided bounds at alpha / k (Bonferroni), and a
+stop at a decisive verdict, at drift, or when the budget runs out. ``RULE`` is the sentence
+the report prints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hakbench.stats.sequential import Sequence_, pairs_to_decide, verdict
+from hakbench.stats.stats import ALPHA, DECISIVE, INCONCLUSIVE, holm
+
+RULE = (
+    "Sequential: pairs run in rounds (every running workload once a round, random order "
+    "within a pair); after each round, per running workload, a confidence sequence for the "
+    "median of log r (from the signs of the pairs; it holds at every look at once, so "
+    "looking after every round does not raise the error rate: hakbench.stats.sequential) and its "
+    "anytime-valid p, adjusted by Holm across the workloads of the call. A workload stops "
+    "GO when p_holm < {alpha}, the median improves on A by at least the threshold "
+    "({threshold:g} %) and the near bound of a one-sided sequence (each bound misses with "
+    "probability <= {alpha} / k, k the workloads of the call) lies beyond half the "
+    "threshold; NO-GO the same for a regression; NEUTRAL when both one-sided bounds lie "
+    "within +-threshold (equivalent: two one-sided tests at {alpha} / k each, so a false "
+    "NEUTRAL anywhere in the call has probability <= {alpha}). The verdict table and the "
+    "plot show these one-sided bounds, the interval that decides; summary.csv keeps the "
+    "two-sided sequence too (ci_low, ci_high). "
+    "A workload whose looks' intervals no longer overlap (the effect drifted: no single "
+    "change fits its pairs) stops INCONCLUSIVE at once, reason drift, with no promise of "
+    "the pairs that would decide. "
+    "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
+    "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
+    "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
+)
+
+
+@dataclass
+class Stop:
+    """Where one workload of a sequential A/B stands: its verdict so far and, once stopped,
+    why (``decided``, ``drift``, ``budget``, ``failed``, ``interrupted``)."""
+
+    higher_is_better: bool
+    state: Sequence_
+    logs: list = field(default_factory=list)
+    failed: int = 0
+    verdict: str = INCONCLUSIVE
+    p_holm: float = 1.0
+    reason: str | None = None  # None while it runs
+    seconds: float = 0.0  # wall time of its own processes
+    pairs_needed: int | None = None
+
+
+class Stopper:
+    """The stopping rule of a sequential A/B, pure of processes: feed it each round's pairs
+    (``add``), then ``end_round``; it looks at every running workload, adjusts the anytime
+    p-values by Holm across all workloads of the call, and stops a workload at a decisive
+    verdict (GO, NO-GO, NEUTRAL), or all of them when the time or pair budget runs out
+    (INCONCLUSIVE, with the pairs that would likely decide)."""
+
+    def __init__(
+        self,
+        higher_is_better: dict,
+        threshold_pct: float,
+        *,
+        max_time_s: float,
+        max_pairs: int,
+        alpha: float = ALPHA,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.delta = math.log1p(threshold_pct / 100)
+        self.alpha, self.max_time_s, self.max_pairs, self.clock = (
+            alpha,
+            max_time_s,
+            max_pairs,
+            clock,
+        )
+        # NEUTRAL (and GO/NO-GO's half-threshold bound) controlled across the call's
+        # workloads: each one-sided bound misses with probability <= alpha / k (Bonferroni),
+        # as the anytime p of GO/NO-GO is Holm-adjusted across them
+        self.one_sided = alpha / max(1, len(higher_is_better))
+        self.stops = {
+            w: Stop(h, Sequence_(alpha, one_sided=self.one_sided))
+            for w, h in higher_is_better.items()
+        }
+        self.t0 = clock()
+
+    def running(self) -> list:
+        return [w for w, s in self.stops.items() if s.reason is None]
+
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def add(self, workload: str, log_ratio: float | None, seconds: float = 0.0) -> None:
+        """One pair of ``workload``: its log ratio B/A, or None for a pair with a failed side."""
+        s = self.stops[workload]
+        s.seconds += seconds
+        if log_ratio is None:
+            s.failed += 1
+        else:
+            s.logs.append(log_ratio)
+
+    def stop(self, workload: str, reason: str, verdict: str | None = None) -> None:
+        s = self.stops[workload]
+        s.reason = reason
+        s.verdict = verdict or s.verdict
+
+    def end_round(self) -> list:
+        """Look at every running workload; returns the ones still running."""
+        for s in self.stops.values():
+            if (
+                s.reason is None
+                and s.logs
+                and (s.state.last is None or s.state.last.n < len(s.logs))
+            ):
+                s.state.look(s.logs)
+        looked = [w for w, s in self.stops.items() if s.state.last is not None]
+        for w, p in zip(
+            looked, holm([self.stops[w].state.last.p_anytime for w in looked]), strict=True
+        ):
+            s = self.stops[w]
+            if s.reason is not None:
+                continue
+            s.p_holm = p
+            s.verdict = verdict(
+                s.state.last,
+                self.delta,
+                higher_is_better=s.higher_is_better,
+                p_adjusted=p,
+                alpha=self.alpha,
+            )
+            if s.verdict in DECISIVE:
+                s.reason = "decided"
+            elif s.state.last.drift:  # no single change fits the looks: more will not decide
+                s.reason = "drift"
+        out_of_budget = self.elapsed() >= self.max_time_s
+        for w in self.running():
+            if out_of_budget or len(self.stops[w].logs) >= self.max_pairs:
+                self.stop(w, "budget")
+        for s in self.stops.values():
+            s.pairs_needed = None
+            if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
+                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
+        return self.running()
+
+    def seconds_needed(self, workload: str) -> float | None:
+        """The seconds the pairs still needed would likely take, at this workload's pace."""
+        s = self.stops[workload]
+        n = len(s.logs)
+        if s.pairs_needed is None or not n:
+            return None
+        return max(0, s.pairs_needed - n) * s.seconds / (n + s.failed)
