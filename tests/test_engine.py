@@ -271,6 +271,22 @@ def test_session_reuses_stored_samples_and_never_stores_a_cut_one(tmp_path):
     assert len(store.samples()) == 1  # the cut sample was not stored
 
 
+def test_a_sample_stored_just_before_the_stop_is_among_the_finished(tmp_path):
+    """A stop that arrives while a finished sample is being stored comes after it: the
+    sample is on disk, ``take`` raises, and ``Session.finished`` (what the report is made
+    from) holds it (a calibration once reported 0 trials with one in trials.jsonl)."""
+    session = engine.Session(RunStore(tmp_path))
+
+    def finished_then_signal() -> dict:  # no process to stop: the signal waits for the store
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        return {"status": "ok"}
+
+    with interrupts.installed(), pytest.raises(interrupts.Interrupted):
+        session.take({"phase": "trial", "trial": 1}, finished_then_signal)
+    assert len(session.store.samples()) == 1 and session.finished[0]["trial"] == 1
+
+
 def test_parts_of_a_killed_sample_are_kept_and_a_torn_one_cut(tmp_path):
     """A soak's epochs are parts of its running sample: each stored as it arrives, so a kill
     keeps them; the line a kill tore is cut before the next part is appended."""

@@ -70,6 +70,9 @@ class Session:
         self._stored = {key(s): s for s in stored}
         self.reused = 0
         self.ran = 0
+        # every sample this session returned or stored, in order: the stored one a stop
+        # came after (``take`` then raises) is here too, so a report misses none
+        self.finished: list[dict] = []
 
     def stored(self, tags: dict) -> dict | None:
         return self._stored.get(key(tags))
@@ -85,6 +88,7 @@ class Session:
         old = self._stored.pop(key(tags), None)
         if old is not None:
             self.reused += 1
+            self.finished.append(old)
             if self.on_sample:  # (a resumed run's progress counts what it kept)
                 self.on_sample(old)
             return old
@@ -98,6 +102,7 @@ class Session:
             if not nested and interrupts.stops() != cut_before:
                 return sample  # its process was stopped by the signal: not a finished sample
             self.store.append(sample)
+            self.finished.append(sample)
             self.ran += 1
             if self.on_sample:
                 self.on_sample(sample)

@@ -202,7 +202,6 @@ def calibrate(
     """
     order = plan(extra_work, trials, seed)
     load_before = os.getloadavg()[0]
-    done: list[Trial] = []
     interrupted = False
     try:
         for n, (k, i) in enumerate(order, 1):
@@ -223,10 +222,11 @@ def calibrate(
                 return asdict(t)
 
             tags = {"phase": "trial", "cell": condition_name(k), "trial": n}
-            done.append(trial_of(trial_slots.take(tags, run, nested=True)))
+            trial_slots.take(tags, run, nested=True)
     except KeyboardInterrupt:
         interrupted = True
     with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        done = [trial_of(t) for t in trial_slots.finished]
         result = summarize(done, runs, threshold_pct)
         result.update(
             {

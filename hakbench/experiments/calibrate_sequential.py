@@ -154,7 +154,7 @@ def run(
     from hakbench.experiments.ab import run_ab
 
     parsed = {c: parse_condition(c) for c in conditions}
-    done: list[SeqTrial] = []
+    interrupted = False
     try:
         for n, (c, i) in enumerate(plan(list(conditions), trials, seed), 1):
 
@@ -172,11 +172,11 @@ def run(
                     raise KeyboardInterrupt
                 return asdict(trial_of(result, c, i, time.monotonic() - t0))
 
-            record = trial_slots.take({"phase": "trial", "cell": c, "trial": n}, one, nested=True)
-            done.append(SeqTrial(**{f.name: record[f.name] for f in fields(SeqTrial)}))
+            trial_slots.take({"phase": "trial", "cell": c, "trial": n}, one, nested=True)
     except KeyboardInterrupt:
-        return done, True
-    return done, False
+        interrupted = True
+    done = [SeqTrial(**{f.name: r[f.name] for f in fields(SeqTrial)}) for r in trial_slots.finished]
+    return done, interrupted
 
 
 def run_calibration(cell, out: Path, params: dict, *, resume: bool, command=None) -> dict:

@@ -222,27 +222,26 @@ def run_misuse(
         bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
 
     session = engine.Session(store, on_sample=step if bar else None)
-    records: list[dict] = []
     interrupted = False
     try:
         for alloc in allocators:
             for pattern in patterns:
                 for run in range(runs):
                     tags = {"phase": "probe", "cell": alloc.label, "workload": pattern}
-                    record = session.take(
+                    session.take(
                         {**tags, "round": run},
                         lambda alloc=alloc, pattern=pattern, run=run: {
                             **run_probe(alloc, pattern, build=build, timeout=timeout),
                             "run": run,
                         },
                     )
-                    records.append({k: record[k] for k in RECORD_FIELDS})
     except KeyboardInterrupt:
         interrupted = True
     finally:
         if bar:
             bar.close()
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        records = [{k: r[k] for k in RECORD_FIELDS} for r in session.finished]
         rows = rows_of(records)
         meta["interrupted"] = interrupted
         meta["probes_run"] = len(records)

@@ -152,13 +152,16 @@ def run_soak(
             live.clear()
             session.runs.append(_with_counters(run))
             if plan.syscall_pass_s > 0 and run.status == "complete":
-                row = _syscall_pass(plan, target, attempt, take, on_phase)
-                run.syscall_budget.append(row)
+                _syscall_pass(plan, target, attempt, take, on_phase)
     except KeyboardInterrupt:
         session.interrupted = True
         if live.get("run") is not None:  # the process the stop ended: on record as it stood
             session.runs.append(_with_counters(live["run"]))
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        passes = {p["cell"]: p["row"] for p in take.finished if p["phase"] == "syscall_pass"}
+        for run in session.runs:  # (a pass a stop came right after is stored: it counts)
+            if run.target.label in passes:
+                run.syscall_budget.append(passes[run.target.label])
         session.load = monitor.stop()
         done = [r.target for r in session.runs]
         session.skipped = [t.label for t in plan.targets if t not in done]
@@ -189,7 +192,8 @@ def _soak_process(plan, target, attempt, take, on_epoch, live) -> dict:
 
 
 def _syscall_pass(plan, target, attempt, take, on_phase) -> dict:
-    """The strace pass of a finished target, a sample of its own (kept on --resume)."""
+    """The strace pass of a finished target, a sample of its own (kept on --resume; its row
+    joins the target's budget from ``take.finished``)."""
     tags = {"phase": "syscall_pass", "cell": target.label}
     if take.stored(tags) is None and on_phase:
         on_phase(f"syscall pass {target.label}: strace, {plan.syscall_pass_s:g} s")
