@@ -1,14 +1,14 @@
-"""``ab --layouts K`` end to end on a real libhakmem build copied into a tmp lab: samples
-carry their layouts, the fixed count is judged with the layout spread in, the sequential rule
-too, the report and summary.csv show the spread, a reference allocator is refused, a resumed
-run draws the same layouts, and two binaries in one layout each are said to be uncontrolled."""
+"""``ab --layouts K`` and ``calibrate --layouts K`` end to end on a real libhakmem build
+copied into a tmp lab: samples carry their layouts, the fixed count is judged with the
+layout spread in, the sequential rule too, the report and summary.csv show the spread, a
+reference allocator is refused, a resumed run draws the same layouts, two binaries in one
+layout each are said to be uncontrolled; calibrate --layouts writes its record and resumes."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.engine.schedule import complete_pairs
 from hakbench.experiments import ab_plan
+from hakbench.experiments import calibrate_layouts as callay
 from hakbench.experiments.ab import run_ab
 from hakbench.experiments.ab_spec import ABSpec
 from hakbench.stats import stats as st
@@ -28,20 +29,10 @@ pytestmark = [
     pytest.mark.xdist_group("layouts"),
 ]
 
-WORKLOADS = """\
-[hot]
-program = "bench_tiny_hot"
-args = ["--size", "64", "--batch", "100", "--cycles", "4000", "--seed", "42"]
-"""
-
 
 @pytest.fixture
-def lab(tmp_path, make_lab):
-    make_lab(WORKLOADS, ("bench_tiny_hot",))
-    for variant in ("fast", "secure"):  # objects and library: what a layout relinks
-        shutil.copytree(BUILD / "obj" / variant, tmp_path / "build" / "obj" / variant)
-        shutil.copytree(BUILD / variant, tmp_path / "build" / variant)
-    return tmp_path
+def lab(hakmem_lab):
+    return hakmem_lab
 
 
 def spec(**kw) -> ABSpec:
@@ -130,3 +121,44 @@ def test_two_binaries_in_one_layout_are_uncontrolled_and_in_k_layouts_each_their
     assert two.layout_note == ""
     cells = {(s["side"], s["layout"]): s["cell"] for s in measured(lab / "two")}
     assert len(set(cells.values())) == 4  # A's two layouts of secure, B's two of fast
+
+
+def calibrate(*args):
+    return CliRunner().invoke(main, ["calibrate", *args])
+
+
+def test_layouts_records_the_spread_per_workload(lab):
+    out = lab / "cal"
+    r = calibrate("--layouts", "2", "-w", "hot", "-n", "12", "--warmup", "0", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "layouts.json").read_text())
+    e = doc["workloads"]["hot"]
+    assert doc["layouts"] == 2 and e["pairs"] == 12
+    assert e["layout_spread"] is not None and e["layout_spread"] >= 0
+    assert len(e["effects"]) == 2 and set(e["floor"]) == {"4", "8"}
+    mine = callay.machine_path(doc["fingerprint"])
+    assert str(mine).startswith(str(lab)) and json.loads(mine.read_text()) == doc
+    samples = [json.loads(x) for x in (out / "ab" / "samples.jsonl").read_text().splitlines()]
+    assert {s["layout"] for s in samples if s["phase"] == "measure"} == {0, 1}
+    assert "layout spread" in (out / "report.md").read_text()
+
+
+def test_resume_finishes_the_same_pairs(lab):
+    out = lab / "cal"
+    r = calibrate("--layouts", "2", "-w", "hot", "-n", "8", "--warmup", "0", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    path = out / "ab" / "samples.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-6]) + "\n")  # as if killed 3 pairs before the end
+    meta = json.loads((out / "ab" / "meta.json").read_text())
+    meta["finished"] = False
+    (out / "ab" / "meta.json").write_text(json.dumps(meta))
+    r = calibrate("--resume", str(out))
+    assert r.exit_code == 0, r.output
+    assert len(path.read_text().splitlines()) == len(lines)
+    assert json.loads((out / "layouts.json").read_text())["workloads"]["hot"]["pairs"] == 8
+
+
+def test_layouts_refuses_a_reference_allocator(lab):
+    r = calibrate("--layouts", "2", "-a", "system", "-w", "hot")
+    assert r.exit_code == 2 and "no code layouts" in r.output
