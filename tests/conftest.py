@@ -41,3 +41,24 @@ def make_lab(tmp_path, monkeypatch, bench_dir):
         return tmp_path
 
     return make
+
+
+HOT_WORKLOAD = """\
+[hot]
+program = "bench_tiny_hot"
+args = ["--size", "64", "--batch", "100", "--cycles", "4000", "--seed", "42"]
+"""
+
+
+@pytest.fixture
+def hakmem_lab(tmp_path, make_lab, build_dir):
+    """A lab (``make_lab``) with one short workload ``hot`` and a copy of the real build's
+    fast and secure libhakmem with their objects: what code layouts relink
+    (hakbench.engine.layouts)."""
+    import shutil
+
+    make_lab(HOT_WORKLOAD, ("bench_tiny_hot",))
+    for variant in ("fast", "secure"):
+        shutil.copytree(build_dir / "obj" / variant, tmp_path / "build" / "obj" / variant)
+        shutil.copytree(build_dir / variant, tmp_path / "build" / variant)
+    return tmp_path

@@ -94,6 +94,14 @@ def _print_table(header, rows) -> None:
 @click.option("--baseline-rev", help="build A at this git revision")
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per process")
 @click.option(
+    "--layouts",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="code layouts a side: each libhakmem side relinked in K layouts of its own code, "
+    "drawn at random per pair; the verdict includes the layout spread (1: the build as is)",
+)
+@click.option(
     "--perf",
     "perf_mode",
     type=click.Choice(ab_spec.PERF_MODES),
@@ -148,6 +156,7 @@ def ab_cmd(
     rev,
     baseline_rev,
     timeout,
+    layouts,
     perf_mode,
     perf_runs,
     out,
@@ -197,7 +206,9 @@ def ab_cmd(
         timeout=timeout,
         perf=perf_mode,
         perf_runs=perf_runs,
+        layouts=layouts,
     )
+    ab_plan.check_layouts(spec)  # a reference allocator has no layouts: before any build
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
         ab_plan.check_spec(spec)  # (with revisions, each side is checked against its own build)
     out = out or default_run_dir(f"ab-{profile}")
@@ -243,6 +254,17 @@ def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> 
         click.echo("warning: the threshold is below this machine's calibrated noise floor")
     if result.perf_note:
         click.echo(f"note: {result.perf_note}")
+    if result.layout_note:
+        click.echo(f"note: {result.layout_note}")
+    for w, lay in result.layouts.items():
+        sd = lay.report.spread.sd
+        click.echo(
+            f"{w}: {lay.k_a}/{lay.k_b} code layouts: layout spread "
+            + ("-" if sd != sd else f"{100 * sd:.2f} %")
+            + " (in the interval that decides)"
+            + (f", {lay.report.label}" if lay.report.label else "")
+            + (", more layouts, not more pairs, would decide" if lay.more_layouts else "")
+        )
     if result.unavailable:
         click.echo("unavailable here: " + ", ".join(result.unavailable))
     for w, why in result.iterations.items():

@@ -12,6 +12,7 @@ from hakbench.engine import engine, interrupts
 from hakbench.engine.meta import command_line
 from hakbench.engine.store import default_run_dir, read_json
 from hakbench.experiments import calibrate as cal
+from hakbench.experiments import calibrate_layouts as callay
 from hakbench.experiments import calibrate_sequential as calseq
 from hakbench.experiments import calibration, runlength
 from hakbench.experiments.ab_spec import DEFAULT_WARMUP_PAIRS
@@ -113,6 +114,13 @@ EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-wo
     show_default=True,
     help="with --sequential: seconds per trial before it ends INCONCLUSIVE",
 )
+@click.option(
+    "--layouts",
+    type=click.IntRange(2, 64),
+    help="instead: an A/A across K code layouts of the current tree per workload (-w, "
+    "repeatable; default mixed, tiny_hot, c6_heavy), -n pairs each "
+    f"[default: {callay.DEFAULT_PAIRS}]; records this machine's layout spread (layouts.json)",
+)
 def calibrate_cmd(
     workloads,
     allocator,
@@ -131,6 +139,7 @@ def calibrate_cmd(
     conditions,
     max_time,
     resume,
+    layouts,
 ):
     """Run A/A trials and trials with a known injected cost; write calibration.json.
 
@@ -157,6 +166,24 @@ def calibrate_cmd(
         return
     if seed is None:  # a fresh seed per call, recorded in meta.json and the results
         seed = engine.new_seed()
+    if layouts is not None:
+        if extra_work or perf or run_length or fractions or sequential or conditions:
+            raise UsageError("--layouts measures an A/A: no -k, --perf, --run-length, --sequential")
+        params = {
+            "workloads": list(workloads or callay.DEFAULT_WORKLOADS),
+            "profile": profile,
+            "pairs": runs or callay.DEFAULT_PAIRS,
+            "warmup": 2 if warmup is None else warmup,
+            "seed": seed,
+            "layouts": layouts,
+        }
+        if allocator != "hakmem":
+            raise UsageError(f"--layouts relinks libhakmem; {allocator} has no code layouts")
+        from hakbench.experiments.ab_plan import check_spec
+
+        check_spec(callay.spec_of(params))  # names and profiles: one line before anything
+        _layouts(out or default_run_dir("calibrate-layouts"), params, resume=False)
+        return
     if sequential:
         if extra_work or perf or run_length or fractions or runs:
             raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
@@ -231,6 +258,7 @@ KINDS = {
     "calibrate": "calibration",
     "calibrate-sequential": "sequential",
     "calibrate-run-length": "run_length",
+    callay.KIND: "layouts",
 }
 
 
@@ -244,6 +272,9 @@ def _resume(out: Path) -> None:
         raise UsageError(f"--resume {out}: a calibration made before calibrate could resume")
     if meta["kind"] == "calibrate-run-length":
         _run_length(out, p, resume=True)
+        return
+    if meta["kind"] == callay.KIND:
+        _layouts(out, p, resume=True)
         return
     cell = _extra_work_cell(p["allocator"], p["workload"], p["profile"])
     if meta["kind"] == "calibrate-sequential":
@@ -290,6 +321,15 @@ def _run_length(out: Path, params: dict, *, resume: bool) -> None:
     if doc["interrupted"]:
         _interrupted(out, "the finished samples are kept")
     click.echo(f"this machine's run lengths: {runlength.machine_path(doc['fingerprint'])}")
+
+
+def _layouts(out: Path, params: dict, *, resume: bool) -> None:
+    doc = callay.run_calibration(out, params, resume=resume, command=command_line())
+    click.echo(doc["report"])
+    click.echo(f"results: {out / callay.FILE}")
+    if doc["interrupted"]:
+        _interrupted(out, "the finished pairs are kept")
+    click.echo(f"this machine's layout spread: {callay.machine_path(doc['fingerprint'])}")
 
 
 def _sequential(cell, out: Path, params: dict, *, resume: bool) -> None:

@@ -36,6 +36,7 @@ from hakbench.experiments import ab_plan
 from hakbench.experiments.ab_analysis import (
     engagement_of,
     judge_run,
+    layout_summaries,
     perf_counter_table,
     primaries,
     unmeasured,
@@ -67,12 +68,18 @@ def run_ab(
     resume = resume or continued
     if spec.seed is None:
         spec = dataclasses.replace(spec, seed=engine.new_seed())
+    ab_plan.check_layouts(spec)  # before any revision is built
     builds, shas = ab_plan.resolve_builds(spec)
     with_why = ab_plan.check_spec_why(spec, builds)
     cells = {w: ab for w, (ab, _) in with_why.items()}
+    layouts = ab_plan.layout_cells(spec, cells)
     meta = ab_plan.run_meta(spec, with_why, shas, command)
+    meta["layouts"] = {  # every layout's library is in the identity too
+        side: [str(c.resolved_allocator().preload) for c in cs]
+        for side, cs in next(iter(layouts.values())).items()
+    }
     flag = "--continue" if continued else "--resume"
-    ident = engine.identity((c for ab in cells.values() for c in ab), out)
+    ident = engine.identity((c for s in layouts.values() for cs in s.values() for c in cs), out)
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
     if continued:
         before = {w: {"verdict": v} for w, v in (meta.get("verdicts") or {}).items()}
@@ -93,7 +100,7 @@ def run_ab(
     session = engine.Session(
         store, stored=stored, on_sample=engine.progress_step(progress) if progress else None
     )
-    run = _Run(spec, cells, session, continued)
+    run = _Run(spec, cells, session, continued, layouts)
     monitor = LoadMonitor().start()
     interrupted = False
     pairs_seconds = 0.0
@@ -122,8 +129,15 @@ def run_ab(
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
         samples = store.samples()
         engaged = engagement_of(spec, cells, harness, observe, run.observed)
+        ks = (run.k_a, run.k_b)
         comparisons, roles, failures = judge_run(
-            samples, spec, cells, engaged, pair_seconds=run.pair_seconds, stopper=run.stopper
+            samples,
+            spec,
+            cells,
+            engaged,
+            pair_seconds=run.pair_seconds,
+            stopper=run.stopper,
+            layouts=ks,
         )
         result = ABResult(
             out=store.path,
@@ -145,6 +159,8 @@ def run_ab(
             stopped_by=interrupts.describe() if interrupted else "",
             shas=shas,
             changed_libraries=ab_plan.changed_libraries(meta),
+            layouts=layout_summaries(samples, spec, cells, ks, comparisons, run.stopper),
+            layout_note=ab_plan.layout_note(spec, cells),
         )
         meta["changed_libraries"] = result.changed_libraries
         meta["finished"] = not interrupted
@@ -168,8 +184,13 @@ class _Run:
     runs, the instruction counts and the slots of the schedule; with the sequential stop
     rule and the wall seconds of each workload's measured pairs."""
 
-    def __init__(self, spec: ABSpec, cells: dict, session: engine.Session, continued: bool):
+    def __init__(
+        self, spec: ABSpec, cells: dict, session: engine.Session, continued: bool, layouts: dict
+    ):
         self.spec, self.cells, self.session, self.continued = spec, cells, session, continued
+        self.layouts, self.draws = layouts, ab_plan.LayoutDraws(spec, layouts)
+        first = next(iter(layouts.values()))
+        self.k_a, self.k_b = len(first["A"]), len(first["B"])
         self.observed: dict = {}  # (workload, side) -> its stats run's counter groups
         self.pair_seconds: dict = defaultdict(float)  # workload -> its measured pairs' seconds
         # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds,
@@ -183,6 +204,7 @@ class _Run:
                 max_time_s=spec.max_time_s,
                 max_pairs=spec.max_pairs,
                 clock=lambda: time.monotonic() + self.replayed["s"],
+                layouts=(self.k_a, self.k_b),
             )
             if spec.sequential
             else None
@@ -214,6 +236,9 @@ class _Run:
         cell = a if slot.side == "A" else b
         perf = slot.phase == "perf" or spec.perf == "each"
         tags = {"phase": slot.phase, "side": slot.side, "pair": slot.pair, "round": slot.round}
+        if slot.phase in ("warmup", "measure"):  # the pair's layout of this side
+            layout = self.draws.of(slot.workload, slot.round)["AB".index(slot.side)]
+            cell, tags["layout"] = self.layouts[slot.workload][slot.side][layout], layout
         old = self.session.stored({"cell": cell.key, "workload": slot.workload, **tags})
         if old is not None and slot.phase in ("warmup", "measure") and not self.continued:
             self.replayed["pending"] += old.get("wall_s") or 0.0
@@ -260,7 +285,8 @@ def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -
             measured[w]["B"].append(b)
             ok = a["status"] == "ok" and b["status"] == "ok"
             r = st.paired_ratios([a["metrics"].get(m, 0)], [b["metrics"].get(m, 0)]) if ok else []
-            stopper.add(w, math.log(r[0]) if len(r) else None)
+            layouts = (a.get("layout") or 0, b.get("layout") or 0)
+            stopper.add(w, math.log(r[0]) if len(r) else None, layouts=layouts)
             if not ok and st.failures(measured[w]["A"], measured[w]["B"]).verdict:
                 stopper.stop(w, "failed", st.FAILED)
         if not stopper.end_round():

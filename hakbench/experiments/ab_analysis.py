@@ -6,8 +6,10 @@ the verdict, and ab's perf counter table (medians, never judged).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
+from dataclasses import dataclass
 
 from hakbench.core.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.engine.schedule import complete_pairs
@@ -15,6 +17,13 @@ from hakbench.experiments.ab_spec import ABSpec
 from hakbench.experiments.engagement import engagement
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
+from hakbench.stats.layouts import (
+    LayoutReport,
+    layout_ci,
+    layout_floor,
+    layout_report,
+    pairs_with_floor,
+)
 from hakbench.stats.stopper import Stopper
 
 
@@ -34,7 +43,7 @@ def apply_stop(c: st.Comparison, stopper) -> None:
     and the confidence sequence (as ratios), the anytime p and its Holm adjustment, the
     verdict, why it stopped, and for INCONCLUSIVE the pairs (and seconds) that would decide."""
     s = stopper.stops[c.workload]
-    look = s.state.last
+    look = s.look  # with the layout spread in, when the pairs drew layouts
     c.stop = s.reason or ""
     if look is None:
         return
@@ -47,18 +56,21 @@ def apply_stop(c: st.Comparison, stopper) -> None:
         c.seconds_needed = _more_seconds(c)
 
 
-def fixed_n_pairs_needed(c: st.Comparison, threshold_pct: float) -> None:
+def fixed_n_pairs_needed(c: st.Comparison, threshold_pct: float, floor: float = math.nan) -> bool:
     """For an INCONCLUSIVE fixed-count comparison: the pairs at which its CI, narrowing as
-    1/sqrt(n), would likely decide (and the seconds that takes at this A/B's pace)."""
+    1/sqrt(n), would likely decide (and the seconds that takes at this A/B's pace); with
+    layouts, ``floor`` (log units) is the part no number of pairs narrows. True when only
+    more layouts could decide."""
     low, high = (c.ci_low, c.ci_high) if c.decide_low is None else (c.decide_low, c.decide_high)
     if c.n_pairs < 2 or not all(x > 0 for x in (c.ratio, low, high)):
-        return
+        return False
     # the interval NEUTRAL is judged on (with several workloads, wider than the CI)
     look = seq.Look(c.n_pairs, *(math.log(x) for x in (c.ratio, low, high)), 1.0)
-    c.pairs_needed = seq.pairs_to_decide(
-        look, math.log1p(threshold_pct / 100), near=0.0, rate=lambda n: 1 / math.sqrt(n)
+    c.pairs_needed, more_layouts = pairs_with_floor(
+        look, math.log1p(threshold_pct / 100), floor, near=0.0, rate=lambda n: 1 / math.sqrt(n)
     )
     c.seconds_needed = _more_seconds(c)
+    return more_layouts
 
 
 def _more_seconds(c: st.Comparison) -> float | None:
@@ -188,13 +200,18 @@ def judge_run(
     *,
     pair_seconds: dict,
     stopper: Stopper | None,
+    layouts: tuple[int, int] = (1, 1),
 ) -> tuple[list, dict, dict]:
     """(comparisons, roles, failures by workload) of a run's samples: every metric
     compared, the primary one given its pairs' seconds and, sequential, the stop that
-    ended it (else a fixed count's pairs needed); NOT-ENGAGED and FAILED override it."""
+    ended it (else a fixed count judged with the layout spread in, when its pairs drew
+    layouts, and its pairs needed); NOT-ENGAGED and FAILED override it."""
     own = primaries(cells)
     comparisons, roles = analyse(samples, list(cells), spec, own)
     failures = failures_by_workload(samples, list(cells), spec)
+    k_primary = sum(
+        roles.get((c.workload, c.metric), roles.get(c.metric)) == "primary" for c in comparisons
+    )
     for c in comparisons:
         if roles.get((c.workload, c.metric), roles.get(c.metric)) != "primary":
             continue
@@ -202,10 +219,90 @@ def judge_run(
             c.seconds = round(pair_seconds.get(c.workload, 0.0), 3)
             if stopper is not None:
                 apply_stop(c, stopper)
-            elif c.verdict == st.INCONCLUSIVE:
-                fixed_n_pairs_needed(c, spec.threshold_pct)
+            else:
+                floor = math.nan
+                if max(layouts) > 1 and c.n_pairs:
+                    floor = _judge_with_layouts(c, samples, spec, layouts, k_primary)
+                if c.verdict == st.INCONCLUSIVE:
+                    fixed_n_pairs_needed(c, spec.threshold_pct, floor)
         if engaged[c.workload]["status"] == "not-engaged":
             c.verdict = st.NOT_ENGAGED
         if failures[c.workload].verdict:
             c.verdict = failures[c.workload].verdict  # survivors never decide
     return comparisons, roles, failures
+
+
+def _pair_layouts(samples: list[dict], workload: str, metric: str) -> tuple[list, list, list]:
+    """(ratios B/A, A's layout, B's layout) of a workload's complete pairs."""
+    pairs = [
+        (a, b)
+        for a, b in complete_pairs(samples, workload)
+        if metric in a["metrics"] and metric in b["metrics"]
+    ]
+    ratios = st.paired_ratios(
+        [a["metrics"][metric] for a, _ in pairs], [b["metrics"][metric] for _, b in pairs]
+    )
+    return (
+        [float(r) for r in ratios],
+        [a.get("layout") or 0 for a, _ in pairs],
+        [b.get("layout") or 0 for _, b in pairs],
+    )
+
+
+def _judge_with_layouts(c: st.Comparison, samples, spec: ABSpec, layouts, k: int) -> float:
+    """A fixed count whose pairs drew layouts: its CI (and NEUTRAL's interval, Bonferroni
+    over the ``k`` primary comparisons) become ``stats.layouts.layout_ci``'s, which include
+    the layout spread, and the verdict is taken again on them. Returns the layout floor."""
+    ratios, la, lb = _pair_layouts(samples, c.workload, c.metric)
+    ks = {"k_a": layouts[0], "k_b": layouts[1]}
+    _, c.ci_low, c.ci_high = layout_ci(ratios, la, lb, st.CONFIDENCE, ratios=True, **ks)
+    eq = layout_ci(ratios, la, lb, 1 - st.ALPHA / max(1, k), ratios=True, **ks)[1:]
+    c.verdict = st.verdict(
+        c.ratio,
+        c.ci_low,
+        c.ci_high,
+        c.p_holm,
+        threshold_pct=spec.threshold_pct,
+        higher_is_better=c.higher_is_better,
+        equivalence=eq,
+    )
+    if k > 1 and c.verdict not in (st.GO, st.NO_GO):
+        c.decide_low, c.decide_high = eq
+    report = layout_report([math.log(r) for r in ratios], la, lb, **ks)
+    return layout_floor(report.spread, (1 - st.CONFIDENCE) / 2)
+
+
+@dataclass(frozen=True)
+class LayoutSummary:
+    """What the layouts did to one workload's primary comparison."""
+
+    k_a: int
+    k_b: int
+    report: LayoutReport  # spread, random-effects interval (log units), LAYOUT-SENSITIVE
+    floor: float  # the half-width no number of pairs narrows (log units)
+    more_layouts: bool  # INCONCLUSIVE and only more layouts could decide
+
+
+def layout_summaries(samples, spec: ABSpec, cells: dict, layouts, comparisons, stopper) -> dict:
+    """workload -> LayoutSummary of its primary comparison; {} without layouts."""
+    if max(layouts) <= 1:
+        return {}
+    ks = {"k_a": layouts[0], "k_b": layouts[1]}
+    own = primaries(cells)
+    out = {}
+    for w in cells:
+        ratios, la, lb = _pair_layouts(samples, w, own.get(w, spec.metric))
+        report = layout_report([math.log(r) for r in ratios], la, lb, **ks)
+        c = next((c for c in comparisons if c.workload == w and c.source == "pairs"), None)
+        if stopper is not None:
+            s = stopper.stops[w]
+            floor, more = s.floor, s.more_layouts
+        else:
+            floor = layout_floor(report.spread, (1 - st.CONFIDENCE) / 2)
+            more = (
+                c is not None
+                and c.verdict == st.INCONCLUSIVE
+                and fixed_n_pairs_needed(dataclasses.replace(c), spec.threshold_pct, floor)
+            )
+        out[w] = LayoutSummary(layouts[0], layouts[1], report, floor, more)
+    return out

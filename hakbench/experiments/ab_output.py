@@ -31,6 +31,16 @@ SUMMARY_FIELDS = (
     "stop",
     "pairs_needed",
     "seconds_needed",
+    # --layouts K (the primary comparison): layouts a side (A/B), the layout spread (SD of
+    # the layouts' own effects, log units), the random-effects interval (as ratios) the
+    # verdict's interval includes, LAYOUT-SENSITIVE, and "more layouts" when only more
+    # layouts (not more pairs) could decide
+    "layouts",
+    "layout_spread",
+    "layout_low",
+    "layout_high",
+    "layout_sensitive",
+    "more_layouts",
 )
 
 
@@ -54,6 +64,22 @@ def history_lines(meta: dict) -> list[str]:
             f"{before or 'an unfinished run'} to {after or 'an interrupted continuation'}"
         )
     return lines
+
+
+def _layout_fields(result: ABResult, c) -> dict:
+    lay = result.layouts.get(c.workload)
+    if lay is None or c.source != "pairs" or result.role(c) != "primary":
+        return {}
+    import math
+
+    return {
+        "layouts": f"{lay.k_a}/{lay.k_b}",
+        "layout_spread": lay.report.spread.sd,
+        "layout_low": math.exp(lay.report.low),
+        "layout_high": math.exp(lay.report.high),
+        "layout_sensitive": lay.report.label,
+        "more_layouts": "more layouts, not more pairs" if lay.more_layouts else "",
+    }
 
 
 def write_outputs(result: ABResult, samples: list[dict]) -> None:
@@ -89,6 +115,7 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "stop": c.stop,
                     "pairs_needed": c.pairs_needed,
                     "seconds_needed": c.seconds_needed,
+                    **_layout_fields(result, c),
                 }
             )
     write_json(out / "engagement.json", result.engagement)

@@ -103,6 +103,7 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
     known = (*TIMED_METRICS, "instructions")
     if spec.metric not in known:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
+    check_layouts(spec)
     if spec.perf not in PERF_MODES:
         raise UsageError(f"unknown perf mode '{spec.perf}'; known: {', '.join(PERF_MODES)}")
     if spec.metric == "task_clock_ms" and not (spec.perf == "each" and perf_usable()):
@@ -250,3 +251,79 @@ def planned_samples(spec: ABSpec, cells: dict, observed: dict, fixed: int) -> in
     if spec.sequential:
         n += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
     return n
+
+
+def check_layouts(spec: ABSpec) -> None:
+    """``--layouts K`` > 1 needs libhakmem on both sides (a reference allocator is one
+    binary, with no objects to relink) and a timed metric (instruction counts do not depend
+    on the layout): else one line (UsageError)."""
+    if spec.layouts < 1:
+        raise UsageError(f"--layouts must be at least 1 (got {spec.layouts})")
+    if spec.layouts == 1:
+        return
+    others = {spec.allocator, spec.baseline_allocator or spec.allocator} - {"hakmem"}
+    if others:
+        raise UsageError(
+            f"--layouts {spec.layouts}: {', '.join(sorted(others))} is a reference allocator "
+            "with no code layouts (libhakmem on both sides only)"
+        )
+    if spec.metric not in TIMED_METRICS:
+        raise UsageError(f"--layouts {spec.layouts}: a timed metric only (not {spec.metric})")
+
+
+def layout_cells(spec: ABSpec, cells: dict) -> dict:
+    """workload -> {"A": [cell per layout], "B": [...]}: each side's cell in the K layouts
+    of its own build (``engine.layouts.layouts_for_sides``; layout 0 is the cell itself)."""
+    if spec.layouts == 1:
+        return {w: {"A": [a], "B": [b]} for w, (a, b) in cells.items()}
+    from hakbench.engine.layouts import layouts_for_sides, with_layout
+
+    out = {}
+    for w, (a, b) in cells.items():
+        sides = layouts_for_sides(
+            (a.build, a.variant), (b.build, b.variant), spec.layouts, seed=spec.layout_seed
+        )
+        out[w] = {
+            side: [with_layout(c, lay) for lay in sides[side]] for side, c in (("A", a), ("B", b))
+        }
+    return out
+
+
+class LayoutDraws:
+    """The layouts (of A, of B) of each pair of each workload: a warm-up pair cycles through
+    them, the measured pairs follow ``engine.layouts.draw_layouts`` (every combination once
+    per block, shuffled) seeded by the call's seed and the workload, so a resumed run draws
+    the same layouts for the same slots."""
+
+    def __init__(self, spec: ABSpec, layouts: dict):
+        self.spec, self.drawn, self.iters = spec, {}, {}
+        self.k = {w: (len(s["A"]), len(s["B"])) for w, s in layouts.items()}
+
+    def of(self, workload: str, rnd: int) -> tuple[int, int]:
+        k_a, k_b = self.k[workload]
+        if rnd < self.spec.warmup_pairs:
+            return rnd % k_a, rnd % k_b
+        from hakbench.engine.layouts import draw_layouts
+
+        digest = hashlib.sha256(f"{self.spec.seed}:{workload}".encode()).hexdigest()
+        it = self.iters.setdefault(workload, draw_layouts(k_a, k_b, int(digest[:12], 16)))
+        drawn = self.drawn.setdefault(workload, [])
+        while len(drawn) <= rnd - self.spec.warmup_pairs:
+            drawn.append(next(it))
+        return drawn[rnd - self.spec.warmup_pairs]
+
+
+def layout_note(spec: ABSpec, cells: dict) -> str:
+    """One line when the two sides are different libhakmem binaries, each run in one layout:
+    code layout is not controlled ('' otherwise)."""
+    if spec.layouts > 1 or spec.metric not in TIMED_METRICS:
+        return ""
+    for a, b in cells.values():
+        pa, pb = (c.resolved_allocator().preload for c in (a, b))
+        if a.allocator == b.allocator == "hakmem" and pa and pb and sha256_of(pa) != sha256_of(pb):
+            return (
+                "code layout is not controlled: A and B are different binaries, each in one "
+                "layout, so where the code landed is part of the difference (a relayout alone "
+                "read up to +-0.7 % here); --layouts 4 draws it at random"
+            )
+    return ""

@@ -66,6 +66,9 @@ class ABSpec:
     # side A --extra-ops KA, a known injected slowdown
     extra_ops: int | None = None
     baseline_extra_ops: int = 0  # side A's K when extra_ops is set
+    # code layouts a side (issue 29; hakbench.engine.layouts): 1 = the build's own library
+    layouts: int = 1
+    layout_seed: int = 0  # the layouts' link order and pad (engine.layouts.plan_layout)
 
     @property
     def sequential(self) -> bool:
@@ -127,6 +130,8 @@ class ABResult:
     pairs_seconds: float = 0.0  # wall time from the first pair (warm-ups included) to the last
     history: list = field(default_factory=list)  # resumes and continuations (meta.json)
     stopped_by: str = ""  # the stop signal's description when interrupted
+    layouts: dict = field(default_factory=dict)  # workload -> ab_analysis.LayoutSummary
+    layout_note: str = ""  # two binaries compared in one layout each: not controlled
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command

@@ -126,3 +126,13 @@ def calibration_line() -> str:
     if cal is None:
         return "Noise check: none, no calibration here (run `hakbench calibrate`)."
     return f"Noise check against {cal.describe()}."
+
+
+def write_record(doc: dict, out: Path, name: str) -> Path:
+    """``out``/``name``, and (a finished run: no ``interrupted``) this machine's record of
+    that name beside its calibration, where ``ab`` and the scorecard read it."""
+    from hakbench.engine.store import write_json
+
+    if not doc.get("interrupted"):
+        write_json(machine_path(doc["fingerprint"]).with_name(name), doc)
+    return write_json(out / name, doc)

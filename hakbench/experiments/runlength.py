@@ -38,7 +38,7 @@ from hakbench.engine import engine
 from hakbench.engine.meta import fingerprint, machine
 from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
-from hakbench.engine.store import read_json, write_json
+from hakbench.engine.store import read_json
 from hakbench.experiments import calibration
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
@@ -264,11 +264,8 @@ def reference_path() -> Path:
 
 
 def write(doc: dict, out: Path) -> Path:
-    """``out``/run_length.json, and (a finished run) this machine's copy that
-    ``chosen_iterations`` reads."""
-    if not doc.get("interrupted"):
-        write_json(machine_path(doc["fingerprint"]), doc)
-    return write_json(out / FILE, doc)
+    """``out``/run_length.json, and (a finished run) this machine's copy."""
+    return calibration.write_record(doc, out, FILE)
 
 
 def chosen_iterations(workload: Workload | str) -> tuple[int, str] | None:

@@ -115,9 +115,23 @@ def build_scorecard(samples: list[dict], meta: dict, history: list[dict]) -> Sco
     tools = sorted(
         {s["tool"] for s in samples if s.get("phase") == "instructions" and s.get("tool")}
     )
-    card = Scorecard(meta, cells, by_metric, len(samples), [], tools)
+    card = Scorecard(meta, cells, by_metric, len(samples), [], tools, lab_calibration())
     card.history = merge_history(history, history_rows(card))
     return card
+
+
+def lab_calibration() -> dict:
+    """The lab machine's committed calibrations the scorecard shows: the noise floor
+    (results/calibration/latest.json) and the layout spread (layouts.json); a missing one
+    is left out."""
+    from hakbench.experiments.calibration import reference_path
+
+    out = {}
+    for name, file in (("noise", "latest.json"), ("layouts", "layouts.json")):
+        path = reference_path().with_name(file)
+        if path.exists():
+            out[name] = read_json(path)
+    return out
 
 
 def refresh_id(meta: dict) -> tuple[str, str]:

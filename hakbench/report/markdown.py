@@ -9,6 +9,7 @@ from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
 from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE, neutral_correction
+from hakbench.stats.stopper import LAYOUT_RULE
 from hakbench.stats.stopper import RULE as SEQ_RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
@@ -103,7 +104,13 @@ def verdict_rows(result) -> list[list[str]]:
     """Workload, verdict, ratio, CI, p, p_holm, pairs, time and stop, engagement, guardrail
     verdicts."""
     rows = []
+    layouts = getattr(result, "layouts", {}) or {}
     for c in result.primary():
+        lay = layouts.get(c.workload)
+        verdict = f"{c.verdict} {lay.report.label}".strip() if lay else c.verdict
+        stop = stop_text(c)
+        if lay is not None and lay.more_layouts:
+            stop += f", more layouts, not more pairs (layout floor +-{100 * lay.floor:.2f} %)"
         guards = [
             f"{g.metric} {g.verdict} ({fmt_ratio(g)})"
             for g in result.comparisons
@@ -112,12 +119,12 @@ def verdict_rows(result) -> list[list[str]]:
         rows.append(
             [
                 c.workload,
-                c.verdict,
+                verdict,
                 fmt_ratio(c, deciding=True),
                 fmt_p(c.p_value),
                 fmt_p(c.p_holm),
                 str(c.n_pairs),
-                stop_text(c),
+                stop,
                 result.engagement[c.workload]["status"],
                 "; ".join(guards) or "-",
             ]
@@ -183,6 +190,53 @@ def perf_counter_lines(result, workload: str) -> list[str]:
     return out + _table(["metric", "unit", "A median", "B median", "B/A"], table) + [""]
 
 
+def layout_lines(result) -> list[str]:
+    """The code layouts of the call: per workload the layout spread, the random-effects
+    interval the verdict's interval includes, and LAYOUT-SENSITIVE; or the one line that
+    says layout is not controlled."""
+    note = getattr(result, "layout_note", "")
+    layouts = getattr(result, "layouts", {}) or {}
+    if note:
+        return [f"**Code layout**: {note}.", ""]
+    if not layouts:
+        return []
+    first = next(iter(layouts.values()))
+    lines = [
+        "## Code layouts",
+        "",
+        LAYOUT_RULE.format(k_a=first.k_a, k_b=first.k_b),
+        "",
+    ]
+    rows = []
+    for w, lay in layouts.items():
+        sp = lay.report.spread
+        medians = "; ".join(
+            f"{side}: " + " / ".join(f"{100 * math.expm1(m):+.2f}" for m in sd.medians)
+            for side, sd in sp.sides.items()
+        )
+        rows.append(
+            [
+                w,
+                "-" if math.isnan(sp.sd) else f"{100 * sp.sd:.2f} %",
+                "-"
+                if not math.isfinite(lay.report.low)
+                else f"[{math.exp(lay.report.low):.4f}, {math.exp(lay.report.high):.4f}]",
+                "-" if not math.isfinite(lay.floor) else f"+-{100 * lay.floor:.2f} %",
+                medians or "-",
+                lay.report.label or ("more layouts, not more pairs" if lay.more_layouts else "-"),
+            ]
+        )
+    header = [
+        "workload",
+        "layout spread (SD)",
+        "random-effects 95 % interval",
+        "floor",
+        "B/A median per layout, %",
+        "flag",
+    ]
+    return lines + _table(header, rows) + [""]
+
+
 def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str = "") -> Path:
     spec = result.spec
     lines = [f"# A/B: {spec.describe()}", ""]
@@ -241,6 +295,7 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
         lines += [f"- {h}" for h in result.history] + [""]
     lines += ["## Verdicts", ""]
     lines += _table(VERDICT_HEADER, verdict_rows(result))
+    lines += [""] + layout_lines(result)
     lines += ["", "## The rule", ""]
     if spec.metric == "instructions":
         lines += [

@@ -137,6 +137,50 @@ def _ir_tool(card: Scorecard) -> str:
     return "counted with " + (" and ".join(card.ir_tools) or "no tool: every count failed")
 
 
+def _calibration_section(card: Scorecard) -> list[str]:
+    """The lab machine's noise floor of an A/B and, beside it, the layout spread per
+    workload (``calibrate --layouts``): how small a difference these numbers can carry."""
+    noise, layouts = card.calibration.get("noise"), card.calibration.get("layouts")
+    if not noise and not layouts:
+        return []
+    lines = [
+        "## Noise floor and layout spread",
+        "",
+        "From the lab machine's committed calibrations (`results/calibration/`): the noise "
+        "floor is the smallest effect a fixed-count `ab` resolves there (`hakbench "
+        "calibrate`); the layout spread is how much a workload's time moves when only the "
+        "code layout changes (`hakbench calibrate --layouts K`: an A/A across K relinked "
+        "layouts of identical code, the SD of the layouts' own effects, the pairs' noise "
+        "removed). A difference between two builds smaller than the layout spread can be "
+        "where the code landed: compare them with `ab --layouts K`.",
+        "",
+        "| workload | noise floor (ab, fixed count) | pair spread | layout spread | calibrated |",
+        "|---|---:|---:|---:|---|",
+    ]
+    per = (layouts or {}).get("workloads", {})
+    names = list(dict.fromkeys([*([noise["workload"]] if noise else []), *per]))
+    for w in names:
+        floor = (
+            f"{noise['noise_floor_pct']:.2f} % ({noise['runs']} pairs)"
+            if noise and noise.get("workload") == w and noise.get("noise_floor_pct") is not None
+            else DASH
+        )
+        e = per.get(w, {})
+        pct = [
+            DASH if e.get(k) is None else f"{100 * e[k]:.2f} %"
+            for k in ("pair_spread", "layout_spread")
+        ]
+        when = []
+        if floor != DASH:
+            when.append(f"noise {str(noise.get('date', '?'))[:10]}")
+        if e:
+            when.append(
+                f"layouts {str(layouts.get('date', '?'))[:10]}, K = {layouts.get('layouts')}"
+            )
+        lines.append(f"| {w} | {floor} | {pct[0]} | {pct[1]} | {'; '.join(when)} |")
+    return lines
+
+
 def _provenance(card: Scorecard) -> list[str]:
     m = card.meta
     mx = m["matrix"]
@@ -248,6 +292,8 @@ def scorecard_markdown(card: Scorecard) -> str:
         "committed PNG was made by the same matplotlib and Pillow versions (recorded in the "
         "PNG's Software field); made by other versions, a PNG is not compared — the numbers "
         "it shows are checked exactly in the CSV files.",
+        "",
+        *_calibration_section(card),
         "",
         *_provenance(card),
         "",

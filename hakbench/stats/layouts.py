@@ -396,3 +396,33 @@ def layout_report(
     low, high = random_effects_bounds(spread, alpha / 2)
     cells = tuple(layout_cells(x, layout_a, layout_b, alpha=alpha, k_a=k_a, k_b=k_b))
     return LayoutReport(spread, low, high, cells, is_layout_sensitive(cells))
+
+
+def pairs_with_floor(
+    look: Look,
+    delta: float,
+    floor: float,
+    alpha: float = ALPHA,
+    *,
+    near: float | None = None,
+    rate=None,
+) -> tuple[int | None, bool]:
+    """(pairs in all that would likely decide, whether only more layouts can): the plain
+    look's ``sequential.pairs_to_decide`` once the layout floor is taken off the distance
+    left to a decision (the floor is the part of the interval no number of pairs narrows).
+    (None, True) when the floor alone is at least that distance: more layouts, not more
+    pairs. A NaN floor (the spread not known yet) adds nothing."""
+    from hakbench.stats.sequential import pairs_to_decide
+
+    if not math.isfinite(floor) or floor <= 0:
+        return pairs_to_decide(look, delta, alpha, near=near, rate=rate), False
+    est = abs(look.estimate)
+    needed = est - (delta / 2 if near is None else near) if est >= delta else delta - est
+    if needed <= floor:
+        return None, True
+    if est >= delta:  # the near bound must pass ``near`` plus the floor
+        return pairs_to_decide(
+            look, delta, alpha, near=(delta / 2 if near is None else near) + floor, rate=rate
+        ), False
+    # towards NEUTRAL: the far bound within the threshold less the floor
+    return pairs_to_decide(look, delta - floor, alpha, near=near, rate=rate), False

@@ -13,7 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hakbench.stats.sequential import Sequence_, pairs_to_decide, verdict
+from hakbench.stats.layouts import (
+    SEQUENTIAL_SHARE,
+    layout_floor,
+    layout_look,
+    layout_spread,
+    pairs_with_floor,
+)
+from hakbench.stats.sequential import Look, Sequence_, pairs_to_decide, verdict
 from hakbench.stats.stats import ALPHA, DECISIVE, INCONCLUSIVE, holm
 
 RULE = (
@@ -37,6 +44,12 @@ RULE = (
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
     "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
 )
+LAYOUT_RULE = (
+    "Code layouts ({k_a} of A, {k_b} of B): each pair drew one layout a side (every "
+    "combination once per block, shuffled); every interval above is the hull of the plain one "
+    "and a random-effects interval from the layout medians (hakbench.stats.layouts), so the "
+    "verdict holds for the change averaged over layouts, not for the ones drawn."
+)
 
 
 @dataclass
@@ -53,6 +66,17 @@ class Stop:
     reason: str | None = None  # None while it runs
     seconds: float = 0.0  # wall time of its own processes
     pairs_needed: int | None = None
+    layout_a: list = field(default_factory=list)  # each logged pair's layouts (--layouts)
+    layout_b: list = field(default_factory=list)
+    widened: Look | None = None  # the last look with the layout spread in (--layouts)
+    floor: float = math.nan  # the layout floor of the one-sided bounds (log units)
+    more_layouts: bool = False  # INCONCLUSIVE and only more layouts could decide
+
+    @property
+    def look(self) -> Look | None:
+        """The last look the verdict judged: with the layout spread in, when there are
+        layouts."""
+        return self.widened if self.widened is not None else self.state.last
 
 
 class Stopper:
@@ -71,6 +95,7 @@ class Stopper:
         max_pairs: int,
         alpha: float = ALPHA,
         clock: Callable[[], float] = time.monotonic,
+        layouts: tuple[int, int] = (1, 1),
     ):
         self.delta = math.log1p(threshold_pct / 100)
         self.alpha, self.max_time_s, self.max_pairs, self.clock = (
@@ -88,6 +113,7 @@ class Stopper:
             for w, h in higher_is_better.items()
         }
         self.t0 = clock()
+        self.k_a, self.k_b = layouts  # code layouts a side (hakbench.stats.layouts)
 
     def running(self) -> list:
         return [w for w, s in self.stops.items() if s.reason is None]
@@ -95,14 +121,44 @@ class Stopper:
     def elapsed(self) -> float:
         return self.clock() - self.t0
 
-    def add(self, workload: str, log_ratio: float | None, seconds: float = 0.0) -> None:
-        """One pair of ``workload``: its log ratio B/A, or None for a pair with a failed side."""
+    @property
+    def layered(self) -> bool:
+        return max(self.k_a, self.k_b) > 1
+
+    def add(
+        self,
+        workload: str,
+        log_ratio: float | None,
+        seconds: float = 0.0,
+        layouts: tuple[int, int] = (0, 0),
+    ) -> None:
+        """One pair of ``workload``: its log ratio B/A, or None for a pair with a failed side;
+        ``layouts``: the pair's layout of A and of B."""
         s = self.stops[workload]
         s.seconds += seconds
         if log_ratio is None:
             s.failed += 1
         else:
             s.logs.append(log_ratio)
+            s.layout_a.append(layouts[0])
+            s.layout_b.append(layouts[1])
+
+    def _look(self, s: Stop) -> None:
+        s.state.look(s.logs)
+        if not self.layered:
+            return
+        ks = {"k_a": self.k_a, "k_b": self.k_b}
+        s.widened = layout_look(
+            s.state.last,
+            s.logs,
+            s.layout_a,
+            s.layout_b,
+            one_sided=self.one_sided,
+            alpha=self.alpha,
+            **ks,
+        )
+        spread = layout_spread(s.logs, s.layout_a, s.layout_b, **ks)
+        s.floor = layout_floor(spread, self.one_sided * SEQUENTIAL_SHARE)
 
     def stop(self, workload: str, reason: str, verdict: str | None = None) -> None:
         s = self.stops[workload]
@@ -117,17 +173,15 @@ class Stopper:
                 and s.logs
                 and (s.state.last is None or s.state.last.n < len(s.logs))
             ):
-                s.state.look(s.logs)
+                self._look(s)
         looked = [w for w, s in self.stops.items() if s.state.last is not None]
-        for w, p in zip(
-            looked, holm([self.stops[w].state.last.p_anytime for w in looked]), strict=True
-        ):
+        for w, p in zip(looked, holm([self.stops[w].look.p_anytime for w in looked]), strict=True):
             s = self.stops[w]
             if s.reason is not None:
                 continue
             s.p_holm = p
             s.verdict = verdict(
-                s.state.last,
+                s.look,
                 self.delta,
                 higher_is_better=s.higher_is_better,
                 p_adjusted=p,
@@ -135,16 +189,21 @@ class Stopper:
             )
             if s.verdict in DECISIVE:
                 s.reason = "decided"
-            elif s.state.last.drift:  # no single change fits the looks: more will not decide
+            elif s.look.drift:  # no single change fits the looks: more will not decide
                 s.reason = "drift"
         out_of_budget = self.elapsed() >= self.max_time_s
         for w in self.running():
             if out_of_budget or len(self.stops[w].logs) >= self.max_pairs:
                 self.stop(w, "budget")
         for s in self.stops.values():
-            s.pairs_needed = None
+            s.pairs_needed, s.more_layouts = None, False
             if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
-                s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
+                if self.layered:  # the plain look, less the floor no pairs narrow
+                    s.pairs_needed, s.more_layouts = pairs_with_floor(
+                        s.state.last, self.delta, s.floor, self.one_sided
+                    )
+                else:
+                    s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
         return self.running()
 
     def seconds_needed(self, workload: str) -> float | None:

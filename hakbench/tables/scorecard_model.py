@@ -8,7 +8,7 @@ draws it (Markdown, plots). Both import this module; neither imports the other b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hakbench.tables.matrix_summary import CellSummary
 
@@ -40,6 +40,9 @@ class Scorecard:
     n_samples: int
     history: list[dict]
     ir_tools: list[str]  # instruction counters the samples used (callgrind, perf)
+    # the lab machine's committed calibrations (results/calibration/): "noise" (latest.json:
+    # the A/B noise floor) and "layouts" (layouts.json: the layout spread per workload)
+    calibration: dict = field(default_factory=dict)
 
     @property
     def reference(self) -> str:
