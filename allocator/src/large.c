@@ -51,12 +51,17 @@
 #define HAK_LARGE_CACHE_COUNT     256
 #define HAK_LARGE_CACHE_BYTES     ((size_t)32 << 20) // at least this, see below
 #define HAK_LARGE_CACHE_BYTES_MAX ((size_t)1 << 30)  // and at most this
-// The cache may hold as much as the program recently had live in large blocks
-// (between the two bounds above): a program that allocates, touches and frees blocks of several
-// MiB in a loop gets the same mappings back warm instead of mapping and faulting in every page
-// again each round (glibc keeps such blocks in its heap once it has freed one: its mmap
-// threshold rises to the freed size, up to 32 MiB). "Recently": the highest live total seen at
-// a free, halved every HAK_LARGE_PEAK_HALF_LIFE_NS.
+// The cache may hold twice as much as the program recently had live in large blocks (between
+// the two bounds above): a program that allocates, touches and frees blocks of several MiB in a
+// loop gets the same mappings back warm instead of mapping and faulting in every page again each
+// round (glibc keeps such blocks in its heap once it has freed one: its mmap threshold rises to
+// the freed size, up to 32 MiB). "Recently": the highest live total seen at a free, halved every
+// HAK_LARGE_PEAK_HALF_LIFE_NS. Twice: with a few big blocks live at once and freed out of order
+// (bench_bigblock --live 4), a cache of once the live peak was full as often as not when a block
+// was freed, which was then unmapped while the next request found no cached region to hold it:
+// 98,900 page faults a run against 52,600-61,700 with twice (tcmalloc 49,300, whose page heap
+// keeps everything), at the same peak RSS (153-171 MB; tcmalloc 179). What it holds beyond the
+// live set is resident for the purge delay only.
 #define HAK_LARGE_PEAK_HALF_LIFE_NS ((uint64_t)1000 * 1000 * 1000)
 #define HAK_LARGE_TABLE_MIN         1024 // entries (32 KiB)
 // Regions of up to HAK_LARGE_SPAN_MAX (page-aligned requests) are cut from chunks mapped
@@ -242,13 +247,17 @@ static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
     // stays cached. (Splitting every larger region under the lean policy, so that the rest
     // stayed cached, filled the cache with fragments: bench_thread_churn under BALANCED then
     // found no cached region for ~400 frees and ~200 requests a run.)
+    // A resident region is preferred to a purged one of any size: its pages need no fault, and
+    // the cache, up to twice the recent live peak, may well hold a smaller purged region too.
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
         if (size < need) continue;
         if (cache[i] & (alignment - 1)) continue;
-        if (best == HAK_LARGE_CACHE_COUNT || size < best_size) best = i, best_size = size;
+        if (best == HAK_LARGE_CACHE_COUNT || !cache_due[best] > !cache_due[i] ||
+            (!cache_due[best] == !cache_due[i] && size < best_size))
+            best = i, best_size = size;
     }
     if (best == HAK_LARGE_CACHE_COUNT) return NULL;
     uint64_t due = *due_out = cache_due[best];
@@ -456,7 +465,7 @@ static size_t cache_limit(size_t live) {
         peak_halve_ns = now + HAK_LARGE_PEAK_HALF_LIFE_NS;
     }
     if (live > live_peak) live_peak = live;
-    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES ? HAK_LARGE_CACHE_BYTES : live_peak;
+    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES / 2 ? HAK_LARGE_CACHE_BYTES : 2 * live_peak;
     return limit < HAK_LARGE_CACHE_BYTES_MAX ? limit : HAK_LARGE_CACHE_BYTES_MAX;
 }
 
