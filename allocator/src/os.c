@@ -7,11 +7,9 @@
 //     stale free() into one is reported, not followed. That is the speed-first policy.
 //   - the lean policy (HAKMEM_SS_MEM_LEAN=1, profile BALANCED) keeps at most
 //     SS_MEM_LEAN_TARGET_MB of empty superslabs and, with SS_MEM_LEAN_DECOMMIT, gives their
-//     memory back with madvise(MADV_DONTNEED) after the purge delay, as speed-first does (the
-//     header page stays, so a stale free() is still reported): resident memory after a burst
-//     falls back to the live set plus at most that target for the delay, and a superslab
-//     reused within the delay (the next generation of a thread-churning program) costs no
-//     page faults.
+//     memory back with madvise(MADV_DONTNEED) as they enter the cache (the header page stays,
+//     so a stale free() is still reported): resident memory after a burst falls back to the
+//     live set, and reusing a cached superslab costs page faults instead of an mmap.
 //   - the huge-page experiment (HAKMEM_SS_HUGEPAGE_EXPERIMENT=1) maps new superslabs with
 //     MAP_HUGETLB (one 2 MiB page, no alignment trimming needed); when the kernel has no huge
 //     page to give (none reserved in /proc/sys/vm/nr_hugepages) it counts huge_fail and maps
@@ -32,7 +30,7 @@
 static hak_lock cache_lock = HAK_LOCK_INIT;
 static hak_superslab *cache_first;
 static _Atomic size_t cache_count; // read without the lock only as a hint
-// The earliest time a cached superslab still resident is purged (0: none).
+// Speed-first: the earliest time a cached superslab still resident is purged (0: none).
 static _Atomic uint64_t cache_purge_next_ns;
 
 #define HAK_DIRTY_SLOTS_MAX     4
@@ -133,9 +131,8 @@ static size_t cache_limit(void) {
     return target_mb > 0 ? ((size_t)target_mb << 20) / HAK_SS_SIZE : 0;
 }
 
-// A cached superslab's pages behind the header go back to the kernel once its delay passed
-// (they read as zero after). A huge-page superslab is one page, header included, so it stays as it
-// is.
+// Lean policy: the pages behind the header go back to the kernel (they read as zero after).
+// A huge-page superslab is one page, header included, so it stays as it is.
 static void decommit(hak_superslab *ss) {
     if (ss->huge) return;
     ss->dirty_mask = 0;
@@ -145,19 +142,19 @@ static void decommit(hak_superslab *ss) {
     hak_stat_add(ss_os, madvise, 1);
 }
 
-// Takes back an empty superslab: into the cache while it has room, else unmapped. A cached
-// superslab stays resident for HAK_PURGE_DELAY_NS (a heap that empties and refills one, or the
-// next thread of a program whose threads come and go, reuses it warm) and is decommitted after
-// that (hak_os_purge_due), under both policies; the lean policy's cache is smaller, and with
-// SS_MEM_LEAN_DECOMMIT off it keeps its superslabs resident. The lean policy decommitted at
-// once until issue #30: bench_thread_churn under BALANCED (8 threads a round whose heaps swell
-// and empty) then faulted in every superslab its next round took from the cache.
+// Takes back an empty superslab: into the cache while it has room, else unmapped. Speed-first
+// keeps a cached superslab resident for HAK_PURGE_DELAY_NS (a heap that empties and refills
+// one reuses it warm) and decommits it after that (hak_os_purge_due); the lean policy
+// decommits at once.
 void hak_os_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
     ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
     size_t limit = cache_limit();
-    int keep = hak_option[HAK_OPT_SS_MEM_LEAN] && !hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT];
-    ss->purge_due_ns = keep || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
+    int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
+    if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
+        atomic_load_explicit(&cache_count, memory_order_relaxed) < limit)
+        decommit(ss);
+    ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
     hak_lock_acquire(&cache_lock);
     if (cache_count < limit) {
         ss->next = cache_first;
@@ -298,7 +295,7 @@ void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     }
 }
 
-// Decommits the cached superslabs whose delay passed.
+// Decommits the cached superslabs whose delay passed (speed-first).
 static void cache_purge_due(uint64_t now) {
     hak_lock_acquire(&cache_lock);
     uint64_t next = 0;

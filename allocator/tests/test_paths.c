@@ -141,8 +141,7 @@ static void lean_burst(void) {
         free(blocks[i]);
     free(blocks);
     CHECK(process_memory(&after, &virtual_size));
-    // The lean target (8 MiB by default, which may stay resident for the purge delay before it
-    // is decommitted) plus each class's current page.
+    // The lean target (8 MiB by default, decommitted) plus each class's current page.
     if (!CHECK(after < before + 16 * MiB))
         fprintf(stderr, "lean burst: resident %zu KiB before, %zu KiB after\n", before / KiB,
                 after / KiB);

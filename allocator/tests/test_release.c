@@ -719,8 +719,8 @@ static void test_abandoned_slots_purged_after_delay(void) {
     free(slot_blocks[0]);
 }
 
-// Both policies (the lean policy decommitted at once until issue #30): a superslab emptied by
-// its thread waits in the cache, resident, for the purge delay. A thread that takes it from there
+// Speed-first: a superslab emptied by its thread waits in the cache, resident, for the purge
+// delay. A thread that takes it from there
 // within the delay gets its slots warm, and must still know they are resident: after it leaves the
 // superslab with one live block, the first visit after the delay gives them back as for any
 // superslab (test_abandoned_slots_purged_after_delay).
@@ -745,7 +745,7 @@ static void *reuse_cached_superslab(void *arg) {
 }
 
 static void test_cached_superslab_slots_purged(void) {
-    if (!allocator_is_hakmem() || !resident_bounds_apply() ||
+    if (!allocator_is_hakmem() || !resident_bounds_apply() || env_is("HAKMEM_SS_MEM_LEAN", "1") ||
         env_is("HAKMEM_SS_HUGEPAGE_EXPERIMENT", "1"))
         return;
     pthread_t thread;
@@ -763,10 +763,9 @@ static void test_cached_superslab_slots_purged(void) {
         pthread_join(thread, NULL);
         after = resident_slot_blocks();
     }
-    printf("%s: a cached superslab taken warm (%s region, %u OS pages of its free slots "
+    printf("speed-first: a cached superslab taken warm (%s region, %u OS pages of its free slots "
            "resident), %u after the delay and a visit\n",
-           env_is("HAKMEM_SS_MEM_LEAN", "1") ? "lean" : "speed-first", same ? "same" : "another",
-           warm, after);
+           same ? "same" : "another", warm, after);
     if (same && warm >= 60)
         CHECK(after <= 40);
     else
