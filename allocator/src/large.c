@@ -247,17 +247,21 @@ static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
     // stays cached. (Splitting every larger region under the lean policy, so that the rest
     // stayed cached, filled the cache with fragments: bench_thread_churn under BALANCED then
     // found no cached region for ~400 frees and ~200 requests a run.)
-    // A resident region is preferred to a purged one of any size: its pages need no fault, and
-    // the cache, up to twice the recent live peak, may well hold a smaller purged region too.
+    // Among the regions it would take whole, a resident one is preferred to a purged one: its
+    // pages need no fault (the cache, up to twice the recent live peak, may well hold a smaller
+    // purged region too). A larger resident region is not cut up for a request that a purged
+    // one holds whole.
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
+    int best_warm = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
         if (size < need) continue;
         if (cache[i] & (alignment - 1)) continue;
-        if (best == HAK_LARGE_CACHE_COUNT || !cache_due[best] > !cache_due[i] ||
-            (!cache_due[best] == !cache_due[i] && size < best_size))
-            best = i, best_size = size;
+        int warm = cache_due[i] && size / 2 <= need;
+        if (best == HAK_LARGE_CACHE_COUNT || warm > best_warm ||
+            (warm == best_warm && size < best_size))
+            best = i, best_size = size, best_warm = warm;
     }
     if (best == HAK_LARGE_CACHE_COUNT) return NULL;
     uint64_t due = *due_out = cache_due[best];
