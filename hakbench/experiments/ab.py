@@ -33,6 +33,7 @@ from hakbench.core.profiles import expand_workloads, resolve_workload
 from hakbench.engine import engine, interrupts
 from hakbench.engine.load import LoadMonitor
 from hakbench.engine.meta import collect_meta
+from hakbench.engine.process import Launch
 from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, perf_usable, run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs, iter_ab_schedule
@@ -149,6 +150,7 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
     if spec.perf not in PERF_MODES:
         raise UsageError(f"unknown perf mode '{spec.perf}'; known: {', '.join(PERF_MODES)}")
+    Launch.parse(spec.launch)
     if spec.metric == "task_clock_ms" and not (spec.perf == "each" and perf_usable()):
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
@@ -299,6 +301,7 @@ def run_ab(
         else None
     )
     pair_seconds: dict = defaultdict(float)  # workload -> wall seconds of its measured pairs
+    launch = Launch.parse(spec.launch)
     session = engine.Session(
         store, stored=stored, on_sample=engine.progress_step(progress) if progress else None
     )
@@ -341,6 +344,7 @@ def run_ab(
                     perf=perf,
                     timeout=spec.timeout,
                     args=_args(spec, cell, slot),
+                    launch=launch,
                 ),
             )
             if slot.phase == "measure":
