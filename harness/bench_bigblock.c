@@ -74,22 +74,28 @@ int main(int argc, char **argv) {
     uint64_t checksum = HB_CHECKSUM_INIT, mallocs = 0, frees = 0, allocated = 0;
 
     long faults_before = hb_minflt();
-    double start = hb_now();
-    for (uint64_t i = 0; i < rounds; i++) {
-        uint64_t slot = hb_rng_below(&rng, live);
-        if (blocks[slot]) {
-            check(blocks[slot], sizes[slot], stride, slot);
-            free(blocks[slot]);
-            frees++;
-            hb_checksum_add(&checksum, hb_free_event(slot));
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(rounds, c + 1, 1);
+        for (uint64_t i = hb_chunk_bound(rounds, c, 1); i < to; i++) {
+            uint64_t slot = hb_rng_below(&rng, live);
+            if (blocks[slot]) {
+                check(blocks[slot], sizes[slot], stride, slot);
+                free(blocks[slot]);
+                frees++;
+                hb_checksum_add(&checksum, hb_free_event(slot));
+            }
+            uint64_t size = hb_rng_log_uniform(&rng, min_size, max_size);
+            blocks[slot] = hb_malloc(size);
+            touch(blocks[slot], size, stride, slot);
+            sizes[slot] = size;
+            mallocs++;
+            allocated += size;
+            hb_checksum_add(&checksum, hb_malloc_event(slot, size));
         }
-        uint64_t size = hb_rng_log_uniform(&rng, min_size, max_size);
-        blocks[slot] = hb_malloc(size);
-        touch(blocks[slot], size, stride, slot);
-        sizes[slot] = size;
-        mallocs++;
-        allocated += size;
-        hb_checksum_add(&checksum, hb_malloc_event(slot, size));
+        if (c + 1 == hb_chunks()) break; /* the last chunk goes on with the drain */
+        hb_timer_lap(&timer, mallocs + frees);
     }
     for (uint64_t slot = 0; slot < live; slot++) {
         if (blocks[slot]) {
@@ -98,7 +104,9 @@ int main(int argc, char **argv) {
             frees++;
         }
     }
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, mallocs + frees);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     long faults = hb_minflt() - faults_before;
     free(blocks);
     free(sizes);

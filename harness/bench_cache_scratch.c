@@ -35,30 +35,34 @@ typedef struct {
     pthread_barrier_t *start_line;
     unsigned char *handed; /* scratch: main's block, freed first */
     uint64_t index, iters, writes, size, seed, checksum;
-    hb_interval timed;
+    hb_timer timer;
 } worker;
 
 static void *run_worker(void *arg) {
     worker *w = arg;
     uint64_t checksum = HB_CHECKSUM_INIT;
     pthread_barrier_wait(w->start_line);
-    w->timed.start = hb_now();
+    hb_timer_start(&w->timer, HB_CPU_THREAD);
     if (w->handed) free(w->handed);
-    for (uint64_t i = 0; i < w->iters; i++) {
-        volatile unsigned char *block = hb_malloc(w->size);
-        for (uint64_t b = 0; b < w->size; b++)
-            block[b] = (unsigned char)(w->seed + w->index + i);
-        for (uint64_t j = 0, b = 0; j < w->writes; j++) {
-            block[b] = (unsigned char)(block[b] + j);
-            if (++b == w->size) b = 0;
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t from = hb_chunk_bound(w->iters, c, 1), to = hb_chunk_bound(w->iters, c + 1, 1);
+        for (uint64_t i = from; i < to; i++) {
+            volatile unsigned char *block = hb_malloc(w->size);
+            for (uint64_t b = 0; b < w->size; b++)
+                block[b] = (unsigned char)(w->seed + w->index + i);
+            for (uint64_t j = 0, b = 0; j < w->writes; j++) {
+                block[b] = (unsigned char)(block[b] + j);
+                if (++b == w->size) b = 0;
+            }
+            uint64_t sum = 0;
+            for (uint64_t b = 0; b < w->size; b++)
+                sum += block[b];
+            free((void *)block);
+            hb_checksum_add(&checksum, hb_malloc_event(i & 0x7fffffff, sum));
         }
-        uint64_t sum = 0;
-        for (uint64_t b = 0; b < w->size; b++)
-            sum += block[b];
-        free((void *)block);
-        hb_checksum_add(&checksum, hb_malloc_event(i & 0x7fffffff, sum));
+        hb_timer_lap(&w->timer, w->writes * to); /* ops: the writes */
     }
-    w->timed.end = hb_now();
+    hb_timer_stop(&w->timer);
     w->checksum = hb_checksum_finish(checksum);
     return NULL;
 }
@@ -119,7 +123,9 @@ int main(int argc, char **argv) {
     hb_interval timed = {0, 0};
     for (uint64_t t = 0; t < threads; t++) {
         pthread_join(workers[t].thread, NULL);
-        timed = t ? hb_interval_union(timed, workers[t].timed) : workers[t].timed;
+        hb_interval own = hb_timer_interval(&workers[t].timer);
+        timed = t ? hb_interval_union(timed, own) : own;
+        hb_report_timer(&workers[t].timer);
         checksum_sum += workers[t].checksum;
     }
     pthread_barrier_destroy(&start_line);

@@ -216,7 +216,8 @@ int main(int argc, char **argv) {
     atomic_init(&c.ops, 0);
 
     uint64_t checksum_sum = 0;
-    double start = hb_now();
+    hb_timer timer; /* one chunk: no loop of like parts */
+    hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t round = 0; round < rounds; round++) {
         for (uint64_t t = 0; t < threads; t++) {
             workers[t] = (churn_thread){.c = &c, .index = t, .round = round};
@@ -232,7 +233,9 @@ int main(int argc, char **argv) {
         ops += free_if_live(c.retained[i]);
     for (uint64_t i = 0; i < transfer; i++)
         ops += free_if_live(atomic_load(&c.transfer[i]));
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, ops);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     free(c.retained);
     free(c.transfer);
     free(workers);

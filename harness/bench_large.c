@@ -62,34 +62,41 @@ int main(int argc, char **argv) {
     hb_rng_seed(&rng, seed);
     uint64_t checksum = HB_CHECKSUM_INIT, mallocs = 0, reallocs = 0, frees = 0;
 
-    double start = hb_now();
-    for (uint64_t i = 0; i < ops; i++) {
-        uint64_t slot = hb_rng_below(&rng, live);
-        unsigned char *block = blocks[slot];
-        if (!block) {
-            uint64_t size = hb_rng_log_uniform(&rng, min_size, max_size);
-            block = hb_malloc(size);
-            touch_pages(block, slot, 0, size);
-            blocks[slot] = block;
-            sizes[slot] = size;
-            mallocs++;
-            hb_checksum_add(&checksum, hb_malloc_event(slot, size));
-        } else if (hb_rng_below(&rng, 2)) {
-            uint64_t old_size = sizes[slot], size = hb_rng_log_uniform(&rng, min_size, max_size);
-            block = hb_realloc(block, size);
-            check_pages(block, slot, old_size < size ? old_size : size);
-            touch_pages(block, slot, old_size, size);
-            blocks[slot] = block;
-            sizes[slot] = size;
-            reallocs++;
-            hb_checksum_add(&checksum, hb_malloc_event(slot, size) ^ (1ull << 62));
-        } else {
-            check_pages(block, slot, sizes[slot]);
-            free(block);
-            blocks[slot] = NULL;
-            frees++;
-            hb_checksum_add(&checksum, hb_free_event(slot));
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(ops, c + 1, 1);
+        for (uint64_t i = hb_chunk_bound(ops, c, 1); i < to; i++) {
+            uint64_t slot = hb_rng_below(&rng, live);
+            unsigned char *block = blocks[slot];
+            if (!block) {
+                uint64_t size = hb_rng_log_uniform(&rng, min_size, max_size);
+                block = hb_malloc(size);
+                touch_pages(block, slot, 0, size);
+                blocks[slot] = block;
+                sizes[slot] = size;
+                mallocs++;
+                hb_checksum_add(&checksum, hb_malloc_event(slot, size));
+            } else if (hb_rng_below(&rng, 2)) {
+                uint64_t old_size = sizes[slot],
+                         size = hb_rng_log_uniform(&rng, min_size, max_size);
+                block = hb_realloc(block, size);
+                check_pages(block, slot, old_size < size ? old_size : size);
+                touch_pages(block, slot, old_size, size);
+                blocks[slot] = block;
+                sizes[slot] = size;
+                reallocs++;
+                hb_checksum_add(&checksum, hb_malloc_event(slot, size) ^ (1ull << 62));
+            } else {
+                check_pages(block, slot, sizes[slot]);
+                free(block);
+                blocks[slot] = NULL;
+                frees++;
+                hb_checksum_add(&checksum, hb_free_event(slot));
+            }
         }
+        if (c + 1 == hb_chunks()) break; /* the last chunk goes on with the drain */
+        hb_timer_lap(&timer, mallocs + reallocs + frees);
     }
     for (uint64_t slot = 0; slot < live; slot++) {
         if (blocks[slot]) {
@@ -98,7 +105,9 @@ int main(int argc, char **argv) {
             frees++;
         }
     }
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, mallocs + reallocs + frees);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     free(blocks);
     free(sizes);
 

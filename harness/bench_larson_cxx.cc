@@ -315,14 +315,17 @@ int main(int argc, char **argv) {
             hb_checksum_add(&c->checksum, replace(c, &rng, slot));
     }
 
-    double start = hb_now();
+    hb_timer timer; /* one chunk: no loop of like parts */
+    hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t t = 0; generations > 0 && t < threads; t++)
         hb_start_detached_thread(run_generation, &chains[t]);
     pthread_mutex_lock(&finish.lock);
     while (generations > 0 && finish.chains_done < threads)
         pthread_cond_wait(&finish.all_done, &finish.lock);
     pthread_mutex_unlock(&finish.lock);
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, 2 * threads * generations * steps);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
 
     uint64_t checksum_sum = 0;
     for (uint64_t t = 0; t < threads; t++) {

@@ -79,45 +79,51 @@ int main(int argc, char **argv) {
     hb_rng_seed(&rng, seed);
     uint64_t checksum = HB_CHECKSUM_INIT, mallocs = 0, frees = 0, reallocs = 0, leaked_bytes = 0;
 
-    double start = hb_now();
-    for (uint64_t round = 0; round < rounds; round++) {
-        for (uint64_t i = 0; i < steps; i++) {
-            uint64_t slot = hb_rng_below(&rng, ws);
-            unsigned char *block = slots[slot];
-            if (!block) {
-                uint64_t size = hb_rng_between(&rng, min_size, max_size);
-                block = hb_malloc(size);
-                hb_fill_sized(block, size);
-                slots[slot] = block;
-                mallocs++;
-                hb_checksum_add(&checksum, hb_malloc_event(slot, size));
-            } else if (hb_rng_below(&rng, 1000) < leak_permille) {
-                leaked_bytes += hb_verify_sized(block);
-                reallocs += list_push(&leaked, block);
-                slots[slot] = NULL;
-                hb_checksum_add(&checksum, hb_free_event(slot) | 1);
-            } else {
-                hb_verify_sized(block);
-                free(block);
-                slots[slot] = NULL;
-                frees++;
-                hb_checksum_add(&checksum, hb_free_event(slot));
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(rounds, c + 1, 1);
+        for (uint64_t round = hb_chunk_bound(rounds, c, 1); round < to; round++) {
+            for (uint64_t i = 0; i < steps; i++) {
+                uint64_t slot = hb_rng_below(&rng, ws);
+                unsigned char *block = slots[slot];
+                if (!block) {
+                    uint64_t size = hb_rng_between(&rng, min_size, max_size);
+                    block = hb_malloc(size);
+                    hb_fill_sized(block, size);
+                    slots[slot] = block;
+                    mallocs++;
+                    hb_checksum_add(&checksum, hb_malloc_event(slot, size));
+                } else if (hb_rng_below(&rng, 1000) < leak_permille) {
+                    leaked_bytes += hb_verify_sized(block);
+                    reallocs += list_push(&leaked, block);
+                    slots[slot] = NULL;
+                    hb_checksum_add(&checksum, hb_free_event(slot) | 1);
+                } else {
+                    hb_verify_sized(block);
+                    free(block);
+                    slots[slot] = NULL;
+                    frees++;
+                    hb_checksum_add(&checksum, hb_free_event(slot));
+                }
+            }
+            for (uint64_t b = 0; b < buffers; b++) {
+                uint64_t old_size = buffer_size[b];
+                uint64_t size = old_size + 1024 * hb_rng_between(&rng, 1, grow_kb);
+                buffer[b] = hb_realloc(buffer[b], size);
+                if (old_size && buffer[b][old_size - 1] != hb_block_tag(b + old_size))
+                    hb_block_overwritten(buffer[b], old_size);
+                memset(buffer[b] + old_size, 0, size - old_size - 1);
+                buffer[b][size - 1] = hb_block_tag(b + size);
+                buffer_size[b] = size;
+                reallocs++;
+                hb_checksum_add(&checksum, hb_malloc_event(b, size >> 10) ^ (1ull << 62));
             }
         }
-        for (uint64_t b = 0; b < buffers; b++) {
-            uint64_t old_size = buffer_size[b];
-            uint64_t size = old_size + 1024 * hb_rng_between(&rng, 1, grow_kb);
-            buffer[b] = hb_realloc(buffer[b], size);
-            if (old_size && buffer[b][old_size - 1] != hb_block_tag(b + old_size))
-                hb_block_overwritten(buffer[b], old_size);
-            memset(buffer[b] + old_size, 0, size - old_size - 1);
-            buffer[b][size - 1] = hb_block_tag(b + size);
-            buffer_size[b] = size;
-            reallocs++;
-            hb_checksum_add(&checksum, hb_malloc_event(b, size >> 10) ^ (1ull << 62));
-        }
+        hb_timer_lap(&timer, mallocs + frees + reallocs);
     }
-    double seconds = hb_now() - start;
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     long rss_leaked = hb_rss_kb();
 
     for (uint64_t i = 0; i < leaked.count; i++)

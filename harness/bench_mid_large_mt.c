@@ -23,7 +23,7 @@ typedef struct {
     pthread_barrier_t *start_line;
     hb_mixed mixed;
     uint64_t iters;
-    hb_interval timed;
+    hb_timer timer;
 } worker;
 
 static void *run_worker(void *arg) {
@@ -31,9 +31,9 @@ static void *run_worker(void *arg) {
     hb_extra_work no_work;
     hb_extra_work_init(&no_work, 0, 0);
     pthread_barrier_wait(w->start_line);
-    w->timed.start = hb_now();
-    hb_mixed_run(&w->mixed, w->iters, &no_work);
-    w->timed.end = hb_now();
+    hb_timer_start(&w->timer, HB_CPU_THREAD);
+    hb_mixed_run_chunked(&w->mixed, w->iters, &no_work, &w->timer);
+    hb_timer_stop(&w->timer);
     return NULL;
 }
 
@@ -67,10 +67,11 @@ int main(int argc, char **argv) {
     for (uint64_t t = 0; t < threads; t++)
         pthread_join(workers[t].thread, NULL);
 
-    hb_interval timed = workers[0].timed;
+    hb_interval timed = hb_timer_interval(&workers[0].timer);
     uint64_t checksum_sum = 0;
     for (uint64_t t = 0; t < threads; t++) {
-        timed = hb_interval_union(timed, workers[t].timed);
+        timed = hb_interval_union(timed, hb_timer_interval(&workers[t].timer));
+        hb_report_timer(&workers[t].timer);
         checksum_sum += hb_checksum_finish(workers[t].mixed.checksum);
         hb_mixed_destroy(&workers[t].mixed);
     }

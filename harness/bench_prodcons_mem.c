@@ -131,6 +131,8 @@ int main(int argc, char **argv) {
 
     double seconds = 0;
     long rss_after_produce = 0, rss_after_consume = 0;
+    hb_timer timer; /* CPU time of the rounds; one chunk */
+    hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t round = 0; round < rounds; round++) {
         double start = hb_now();
         pthread_barrier_wait(&phase); /* produce */
@@ -143,6 +145,9 @@ int main(int argc, char **argv) {
         seconds += (produced - start) + (hb_now() - resumed);
         rss_after_consume = hb_rss_kb();
     }
+    hb_timer_lap(&timer, 2 * pairs * count * rounds);
+    hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     pthread_barrier_wait(&phase); /* quiet */
     sleep_ms(quiet_ms);
     long rss_quiet = hb_rss_kb();

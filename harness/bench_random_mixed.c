@@ -81,9 +81,11 @@ int main(int argc, char **argv) {
     hb_mixed mixed;
     hb_mixed_init(&mixed, cfg.ws, cfg.min_size, cfg.max_size, cfg.seed);
 
-    double start = hb_now();
-    hb_mixed_run(&mixed, cfg.iters, &work);
-    double seconds = hb_now() - start;
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    hb_mixed_run_chunked(&mixed, cfg.iters, &work, &timer);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
 
     uint64_t checksum = hb_checksum_finish(mixed.checksum);
     hb_mixed_destroy(&mixed);

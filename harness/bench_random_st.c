@@ -87,25 +87,31 @@ int main(int argc, char **argv) {
     hb_rng_seed(&rng, seed);
     uint64_t checksum = HB_CHECKSUM_INIT, mallocs = 0, frees = 0;
 
-    double start = hb_now();
-    for (uint64_t i = 0; i < steps; i++) {
-        uint64_t pick = hb_rng_below(&rng, 100);
-        unsigned which = pick < 80 ? POOL_SHORT : pick < 98 ? POOL_MEDIUM : POOL_LONG;
-        pool *p = &pools[which];
-        uint64_t slot = hb_rng_below(&rng, p->slots);
-        unsigned char tag = pool_tag(which, slot);
-        if (p->blocks[slot]) {
-            hb_verify_block(p->blocks[slot], p->sizes[slot], tag);
-            free(p->blocks[slot]);
-            frees++;
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(steps, c + 1, 1);
+        for (uint64_t i = hb_chunk_bound(steps, c, 1); i < to; i++) {
+            uint64_t pick = hb_rng_below(&rng, 100);
+            unsigned which = pick < 80 ? POOL_SHORT : pick < 98 ? POOL_MEDIUM : POOL_LONG;
+            pool *p = &pools[which];
+            uint64_t slot = hb_rng_below(&rng, p->slots);
+            unsigned char tag = pool_tag(which, slot);
+            if (p->blocks[slot]) {
+                hb_verify_block(p->blocks[slot], p->sizes[slot], tag);
+                free(p->blocks[slot]);
+                frees++;
+            }
+            uint64_t size = skewed_size(&rng, min_size, max_size);
+            unsigned char *block = hb_malloc(size);
+            memset(block, tag, size);
+            p->blocks[slot] = block;
+            p->sizes[slot] = (uint32_t)size;
+            mallocs++;
+            hb_checksum_add(&checksum, hb_malloc_event(slot * POOLS + which, size));
         }
-        uint64_t size = skewed_size(&rng, min_size, max_size);
-        unsigned char *block = hb_malloc(size);
-        memset(block, tag, size);
-        p->blocks[slot] = block;
-        p->sizes[slot] = (uint32_t)size;
-        mallocs++;
-        hb_checksum_add(&checksum, hb_malloc_event(slot * POOLS + which, size));
+        if (c + 1 == hb_chunks()) break; /* the last chunk goes on with the drain */
+        hb_timer_lap(&timer, mallocs + frees);
     }
     for (unsigned which = 0; which < POOLS; which++) {
         pool *p = &pools[which];
@@ -117,7 +123,9 @@ int main(int argc, char **argv) {
             }
         }
     }
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, mallocs + frees);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     for (unsigned which = 0; which < POOLS; which++) {
         free(pools[which].blocks);
         free(pools[which].sizes);

@@ -87,7 +87,9 @@ int main(int argc, char **argv) {
     hb_mixed_init(&mixed, ws, min_size, max_size, seed);
     uint64_t total_ops = 0, epochs_done = 0, leaked_bytes = 0;
 
-    double start = hb_now(), now = start;
+    hb_timer timer; /* CPU time of the epochs; one chunk (the epochs are the soak's own) */
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    double start = timer.start, now = start;
     bool more_epochs = by_epochs ? epochs > 0 : run_seconds > 0;
     while (more_epochs) {
         double epoch_start = now, epoch_end = epoch_start + (double)epoch_ms / 1000.0;
@@ -109,6 +111,9 @@ int main(int argc, char **argv) {
             !stop_requested && (by_epochs ? epochs_done < epochs : now - start < run_seconds);
     }
     double seconds = now - start;
+    hb_timer_lap(&timer, total_ops);
+    hb_timer_stop(&timer);
+    hb_report_timer(&timer);
 
     uint64_t checksum = hb_checksum_finish(mixed.checksum);
     long final_rss_kb = hb_rss_kb();

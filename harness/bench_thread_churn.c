@@ -221,7 +221,8 @@ int main(int argc, char **argv) {
     hb_rng main_rng;
     hb_rng_seed_stream(&main_rng, seed, 0, 0);
     uint64_t checksum = HB_CHECKSUM_INIT, thread_sum = 0, main_ops = 0;
-    double start = hb_now();
+    hb_timer timer; /* one chunk: no loop of like parts */
+    hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t round = 0; round < rounds; round++) {
         for (uint64_t t = 0; t < threads; t++) {
             workers[t] = (churn_thread){.c = &c, .index = t, .round = round};
@@ -247,7 +248,9 @@ int main(int argc, char **argv) {
             main_ops++;
         }
     }
-    double seconds = hb_now() - start;
+    hb_timer_lap(&timer, atomic_load(&c.ops) + main_ops);
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     free(c.handoff);
     free(c.handoff_count);
     free(c.transfer);

@@ -31,22 +31,28 @@ int main(int argc, char **argv) {
     if (!blocks) hb_runtime_error("cannot allocate a batch array of %" PRIu64 " slots", batch);
     uint64_t checksum = HB_CHECKSUM_INIT;
 
-    double start = hb_now();
-    for (uint64_t cycle = 0; cycle < cycles; cycle++) {
-        for (uint64_t i = 0; i < batch; i++) {
-            unsigned char *block = malloc(size);
-            if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
-            hb_fill_block(block, size, hb_block_tag(seed + i));
-            blocks[i] = block;
-            hb_checksum_add(&checksum, hb_malloc_event(seed + i, size));
+    hb_timer timer;
+    hb_timer_start(&timer, HB_CPU_PROCESS);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(cycles, c + 1, 1);
+        for (uint64_t cycle = hb_chunk_bound(cycles, c, 1); cycle < to; cycle++) {
+            for (uint64_t i = 0; i < batch; i++) {
+                unsigned char *block = malloc(size);
+                if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
+                hb_fill_block(block, size, hb_block_tag(seed + i));
+                blocks[i] = block;
+                hb_checksum_add(&checksum, hb_malloc_event(seed + i, size));
+            }
+            for (uint64_t i = 0; i < batch; i++) {
+                hb_verify_block(blocks[i], size, hb_block_tag(seed + i));
+                free(blocks[i]);
+                hb_checksum_add(&checksum, hb_free_event(seed + i));
+            }
         }
-        for (uint64_t i = 0; i < batch; i++) {
-            hb_verify_block(blocks[i], size, hb_block_tag(seed + i));
-            free(blocks[i]);
-            hb_checksum_add(&checksum, hb_free_event(seed + i));
-        }
+        hb_timer_lap(&timer, 2 * batch * to);
     }
-    double seconds = hb_now() - start;
+    double seconds = hb_timer_stop(&timer);
+    hb_report_timer(&timer);
     free(blocks);
 
     hb_print_result(2 * cycles * batch, seconds, hb_checksum_finish(checksum));

@@ -46,7 +46,7 @@ typedef struct {
     batch_queue *queue;
     uint64_t index, batches, batch_size, min_size, max_size, seed;
     uint64_t checksum, blocks;
-    hb_interval timed;
+    hb_timer timer; /* one chunk: the consumers take batches as they come */
 } worker;
 
 static void push_batch(batch_queue *q, batch *b) {
@@ -88,7 +88,7 @@ static void *run_producer(void *arg) {
     hb_rng_seed_stream(&rng, w->seed, w->index, 0);
     uint64_t checksum = HB_CHECKSUM_INIT;
     pthread_barrier_wait(w->start_line);
-    w->timed.start = hb_now();
+    hb_timer_start(&w->timer, HB_CPU_THREAD);
     for (uint64_t s = 0; s < w->batches; s++) {
         batch *b = (batch *)hb_malloc(sizeof(batch) + w->batch_size * sizeof(unsigned char *));
         b->producer = w->index;
@@ -102,7 +102,8 @@ static void *run_producer(void *arg) {
         push_batch(w->queue, b);
     }
     producer_finished(w->queue);
-    w->timed.end = hb_now();
+    hb_timer_lap(&w->timer, w->batches * w->batch_size);
+    hb_timer_stop(&w->timer);
     w->checksum = hb_checksum_finish(checksum);
     return NULL;
 }
@@ -111,7 +112,7 @@ static void *run_consumer(void *arg) {
     worker *w = arg;
     uint64_t checksum_sum = 0, blocks = 0;
     pthread_barrier_wait(w->start_line);
-    w->timed.start = hb_now();
+    hb_timer_start(&w->timer, HB_CPU_THREAD);
     for (batch *b; (b = pop_batch(w->queue)) != NULL;) {
         uint64_t checksum = HB_CHECKSUM_INIT;
         hb_checksum_add(&checksum, (b->producer << 32) ^ b->sequence);
@@ -124,7 +125,8 @@ static void *run_consumer(void *arg) {
         blocks += w->batch_size;
         checksum_sum += hb_checksum_finish(checksum);
     }
-    w->timed.end = hb_now();
+    hb_timer_lap(&w->timer, blocks);
+    hb_timer_stop(&w->timer);
     w->checksum = checksum_sum;
     w->blocks = blocks;
     return NULL;
@@ -178,7 +180,9 @@ int main(int argc, char **argv) {
     hb_interval timed = {0, 0};
     for (uint64_t i = 0; i < 2 * pairs; i++) {
         pthread_join(workers[i].thread, NULL);
-        timed = i ? hb_interval_union(timed, workers[i].timed) : workers[i].timed;
+        hb_interval own = hb_timer_interval(&workers[i].timer);
+        timed = i ? hb_interval_union(timed, own) : own;
+        hb_report_timer(&workers[i].timer);
         checksum_sum += workers[i].checksum;
         freed += workers[i].blocks;
     }

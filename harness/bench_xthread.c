@@ -41,7 +41,7 @@ typedef struct {
     ring *ring;
     uint64_t count, min_size, max_size, seed;
     uint64_t producer_checksum, consumer_checksum;
-    hb_interval producer_timed, consumer_timed;
+    hb_timer producer_timer, consumer_timer;
 } pair;
 
 static void *run_producer(void *arg) {
@@ -51,20 +51,24 @@ static void *run_producer(void *arg) {
     hb_rng_seed(&rng, p->seed);
     uint64_t checksum = HB_CHECKSUM_INIT, span = p->max_size - p->min_size + 1;
     pthread_barrier_wait(p->start_line);
-    p->producer_timed.start = hb_now();
-    for (uint64_t i = 0; i < p->count; i++) {
-        uint64_t size = p->min_size + hb_rng_below(&rng, span);
-        unsigned char *block = malloc(size);
-        if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
-        hb_fill_block(block, size, hb_block_tag(i));
-        hb_checksum_add(&checksum, hb_malloc_event(i % RING_SLOTS, size));
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        while (tail - atomic_load_explicit(&r->head, memory_order_acquire) == RING_SLOTS)
-            sched_yield();
-        r->entries[tail % RING_SLOTS] = (ring_entry){block, size};
-        atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+    hb_timer_start(&p->producer_timer, HB_CPU_THREAD);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t from = hb_chunk_bound(p->count, c, 1), to = hb_chunk_bound(p->count, c + 1, 1);
+        for (uint64_t i = from; i < to; i++) {
+            uint64_t size = p->min_size + hb_rng_below(&rng, span);
+            unsigned char *block = malloc(size);
+            if (!block) hb_runtime_error("malloc(%" PRIu64 ") returned NULL", size);
+            hb_fill_block(block, size, hb_block_tag(i));
+            hb_checksum_add(&checksum, hb_malloc_event(i % RING_SLOTS, size));
+            uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+            while (tail - atomic_load_explicit(&r->head, memory_order_acquire) == RING_SLOTS)
+                sched_yield();
+            r->entries[tail % RING_SLOTS] = (ring_entry){block, size};
+            atomic_store_explicit(&r->tail, tail + 1, memory_order_release);
+        }
+        hb_timer_lap(&p->producer_timer, to);
     }
-    p->producer_timed.end = hb_now();
+    hb_timer_stop(&p->producer_timer);
     p->producer_checksum = checksum;
     return NULL;
 }
@@ -74,19 +78,23 @@ static void *run_consumer(void *arg) {
     ring *r = p->ring;
     uint64_t checksum = HB_CHECKSUM_INIT;
     pthread_barrier_wait(p->start_line);
-    p->consumer_timed.start = hb_now();
-    for (uint64_t i = 0; i < p->count; i++) {
-        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-        while (atomic_load_explicit(&r->tail, memory_order_acquire) == head)
-            sched_yield();
-        ring_entry entry = r->entries[head % RING_SLOTS];
-        atomic_store_explicit(&r->head, head + 1, memory_order_release);
-        hb_verify_block(entry.block, entry.size, hb_block_tag(i));
-        free(entry.block);
-        /* The size as received: a lost or reordered block changes the checksum. */
-        hb_checksum_add(&checksum, hb_free_event(i % RING_SLOTS) | entry.size);
+    hb_timer_start(&p->consumer_timer, HB_CPU_THREAD);
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t from = hb_chunk_bound(p->count, c, 1), to = hb_chunk_bound(p->count, c + 1, 1);
+        for (uint64_t i = from; i < to; i++) {
+            uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+            while (atomic_load_explicit(&r->tail, memory_order_acquire) == head)
+                sched_yield();
+            ring_entry entry = r->entries[head % RING_SLOTS];
+            atomic_store_explicit(&r->head, head + 1, memory_order_release);
+            hb_verify_block(entry.block, entry.size, hb_block_tag(i));
+            free(entry.block);
+            /* The size as received: a lost or reordered block changes the checksum. */
+            hb_checksum_add(&checksum, hb_free_event(i % RING_SLOTS) | entry.size);
+        }
+        hb_timer_lap(&p->consumer_timer, to);
     }
-    p->consumer_timed.end = hb_now();
+    hb_timer_stop(&p->consumer_timer);
     p->consumer_checksum = checksum;
     return NULL;
 }
@@ -128,11 +136,13 @@ int main(int argc, char **argv) {
         pthread_join(pairs_arr[i].consumer, NULL);
     }
 
-    hb_interval timed = pairs_arr[0].producer_timed;
+    hb_interval timed = hb_timer_interval(&pairs_arr[0].producer_timer);
     uint64_t checksum_sum = 0;
     for (uint64_t i = 0; i < pairs; i++) {
-        timed = hb_interval_union(timed, pairs_arr[i].producer_timed);
-        timed = hb_interval_union(timed, pairs_arr[i].consumer_timed);
+        timed = hb_interval_union(timed, hb_timer_interval(&pairs_arr[i].producer_timer));
+        timed = hb_interval_union(timed, hb_timer_interval(&pairs_arr[i].consumer_timer));
+        hb_report_timer(&pairs_arr[i].producer_timer);
+        hb_report_timer(&pairs_arr[i].consumer_timer);
         checksum_sum += hb_checksum_finish(pairs_arr[i].producer_checksum) +
                         hb_checksum_finish(pairs_arr[i].consumer_checksum);
     }

@@ -17,10 +17,22 @@
 
 static const char *program_name = "bench";
 static const char *usage_text = "";
+static unsigned chunk_count = 1; /* HB_CHUNKS */
+static double spin_seconds;      /* HB_SPIN_MS / 1000 */
+
+static uint64_t env_in_range(const char *name, uint64_t fallback, uint64_t lo, uint64_t hi) {
+    const char *text = getenv(name);
+    if (!text) return fallback;
+    uint64_t value = hb_parse_u64(name, text);
+    hb_check_range(name, value, lo, hi);
+    return value;
+}
 
 void hb_init(const char *name, const char *usage) {
     program_name = name;
     usage_text = usage;
+    chunk_count = (unsigned)env_in_range("HB_CHUNKS", 1, 1, HB_MAX_CHUNKS);
+    spin_seconds = (double)env_in_range("HB_SPIN_MS", 0, 0, 10000) / 1000.0;
 }
 
 static void print_error_line(const char *fmt, va_list ap, const char *suffix) {
@@ -255,6 +267,16 @@ void hb_mixed_run(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work) {
     }
 }
 
+void hb_mixed_run_chunked(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work,
+                          hb_timer *timer) {
+    uint64_t align = work->ops ? HB_EXTRA_OPS_PERIOD : 1;
+    for (unsigned c = 0; c < hb_chunks(); c++) {
+        uint64_t to = hb_chunk_bound(iterations, c + 1, align);
+        hb_mixed_run(mixed, to - hb_chunk_bound(iterations, c, align), work);
+        hb_timer_lap(timer, to);
+    }
+}
+
 void hb_mixed_destroy(hb_mixed *mixed) {
     for (uint64_t slot = 0; slot < mixed->ws; slot++)
         free(mixed->blocks[slot]);
@@ -270,6 +292,128 @@ double hb_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double clock_seconds(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double hb_cpu_now(void) {
+    return clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+double hb_thread_cpu_now(void) {
+    return clock_seconds(CLOCK_THREAD_CPUTIME_ID);
+}
+
+/* ---- the timed region ---- */
+
+unsigned hb_chunks(void) {
+    return chunk_count;
+}
+
+uint64_t hb_chunk_bound(uint64_t total, unsigned chunk, uint64_t align) {
+    if (chunk >= chunk_count) return total;
+    uint64_t bound = (uint64_t)((unsigned __int128)total * chunk / chunk_count);
+    return bound - bound % align;
+}
+
+static double timer_cpu(const hb_timer *timer) {
+    return timer->clock == HB_CPU_THREAD ? hb_thread_cpu_now() : hb_cpu_now();
+}
+
+void hb_timer_start(hb_timer *timer, hb_cpu_clock clock) {
+    if (spin_seconds > 0) {
+        double until = hb_now() + spin_seconds;
+        while (hb_now() < until) {
+        }
+    }
+    timer->clock = clock;
+    timer->chunks = 0;
+    timer->lap_ops = 0;
+    /* wall, CPU ... CPU, wall: the CPU interval lies inside the wall one */
+    timer->start = timer->lap_wall = hb_now();
+    timer->cpu_start = timer->lap_cpu = timer_cpu(timer);
+    timer->end = timer->start;
+    timer->cpu_end = timer->cpu_start;
+}
+
+void hb_timer_lap(hb_timer *timer, uint64_t ops_done) {
+    double wall = hb_now(), cpu = timer_cpu(timer);
+    uint64_t ops = ops_done - timer->lap_ops;
+    timer->lap_ops = ops_done;
+    if (ops && timer->chunks < HB_MAX_CHUNKS) {
+        timer->chunk_ops[timer->chunks] = ops;
+        timer->chunk_wall[timer->chunks] = wall - timer->lap_wall;
+        timer->chunk_cpu[timer->chunks] = cpu - timer->lap_cpu;
+        timer->chunks++;
+    }
+    timer->lap_wall = wall;
+    timer->lap_cpu = cpu;
+}
+
+double hb_timer_stop(hb_timer *timer) {
+    timer->cpu_end = timer_cpu(timer);
+    timer->end = hb_now();
+    return timer->end - timer->start;
+}
+
+/* The run's figures: the sum of the reported timers (hb_report_timer). */
+static struct {
+    unsigned timers, chunks;
+    hb_cpu_clock clock;
+    double cpu;
+    uint64_t ops[HB_MAX_CHUNKS];
+    double wall[HB_MAX_CHUNKS], chunk_cpu[HB_MAX_CHUNKS];
+} run_timing;
+
+void hb_report_timer(const hb_timer *timer) {
+    run_timing.timers++;
+    run_timing.clock = timer->clock;
+    run_timing.cpu += timer->cpu_end - timer->cpu_start;
+    for (unsigned c = 0; c < timer->chunks; c++) {
+        run_timing.ops[c] += timer->chunk_ops[c];
+        if (timer->chunk_wall[c] > run_timing.wall[c]) run_timing.wall[c] = timer->chunk_wall[c];
+        run_timing.chunk_cpu[c] += timer->chunk_cpu[c];
+    }
+    if (timer->chunks > run_timing.chunks) run_timing.chunks = timer->chunks;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Prints `key=r1,r2,...` (integers) and returns their median. */
+static double print_rates(const char *key, const double *rates, unsigned n) {
+    double sorted[HB_MAX_CHUNKS];
+    printf("%s=", key);
+    for (unsigned c = 0; c < n; c++) {
+        printf("%s%.0f", c ? "," : "", rates[c]);
+        sorted[c] = rates[c];
+    }
+    printf("\n");
+    qsort(sorted, n, sizeof sorted[0], compare_doubles);
+    return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
+static void print_timing(void) {
+    if (!run_timing.timers) return;
+    printf("cpu_seconds=%.6f\n", run_timing.cpu);
+    printf("cpu_clock=%s\n", run_timing.clock == HB_CPU_THREAD ? "thread" : "process");
+    printf("chunks=%u\n", run_timing.chunks);
+    if (!run_timing.chunks) return; /* no op ran: no rates */
+    double wall_rates[HB_MAX_CHUNKS], cpu_rates[HB_MAX_CHUNKS];
+    for (unsigned c = 0; c < run_timing.chunks; c++) {
+        wall_rates[c] = run_timing.wall[c] > 0 ? (double)run_timing.ops[c] / run_timing.wall[c] : 0;
+        cpu_rates[c] =
+            run_timing.chunk_cpu[c] > 0 ? (double)run_timing.ops[c] / run_timing.chunk_cpu[c] : 0;
+    }
+    double wall_median = print_rates("chunk_rates", wall_rates, run_timing.chunks);
+    double cpu_median = print_rates("chunk_cpu_rates", cpu_rates, run_timing.chunks);
+    printf("chunk_rate=%.0f\nchunk_cpu_rate=%.0f\n", wall_median, cpu_median);
 }
 
 long hb_rss_kb(void) {
@@ -335,6 +479,7 @@ void hb_print_result(uint64_t ops, double seconds, uint64_t checksum) {
     printf("checksum=%016" PRIx64 "\n", checksum);
     printf("maxrss_kb=%ld\n", peak_rss_kb());
     print_malloc_impl();
+    print_timing();
 }
 
 void hb_print_result_and_rss_end(uint64_t ops, double seconds, uint64_t checksum) {

@@ -260,7 +260,10 @@ void hb_mixed_destroy(hb_mixed *mixed);
 
 /* ---- timing and output ---- */
 
-double hb_now(void);  /* CLOCK_MONOTONIC seconds */
+double hb_now(void);            /* CLOCK_MONOTONIC seconds */
+double hb_cpu_now(void);        /* CLOCK_PROCESS_CPUTIME_ID seconds: every thread of the process */
+double hb_thread_cpu_now(void); /* CLOCK_THREAD_CPUTIME_ID seconds: the calling thread */
+
 long hb_rss_kb(void); /* current resident set from /proc/self/statm, -1 if unreadable */
 
 /* Threaded programs: every thread stamps its own start (after the start barrier) and end; the
@@ -274,6 +277,68 @@ static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
     return (hb_interval){a.start < b.start ? a.start : b.start, a.end > b.end ? a.end : b.end};
 }
 
+/* ---- the timed region: wall and CPU time, in chunks ----
+ * A timer measures one timed region on two clocks, CLOCK_MONOTONIC and a CPU clock, read at
+ * its start, at the end of each chunk (hb_timer_lap) and at its stop, never per op. The CPU
+ * clock does not count the time the program sat descheduled waiting for a CPU, which on a
+ * shared machine is most of the noise of a wall-clock figure. It is either the process's
+ * (HB_CPU_PROCESS: a region timed by the main thread, every thread's CPU counted, the
+ * allocator's own threads too) or the calling thread's (HB_CPU_THREAD: one timer per worker
+ * thread, timed inside the worker; their CPU seconds add up).
+ *
+ * HB_CHUNKS=K (environment, 1..HB_MAX_CHUNKS; unset: 1): a program with a natural loop runs
+ * it as K chunks of (nearly) equal ops, bounds from hb_chunk_bound, and laps its timer after
+ * each. The run then also reports each chunk's rate and their medians, a per-run figure that
+ * a burst of other load hitting one chunk does not move. The clocks are read between chunks
+ * only: no per-op cost. A program without a natural loop laps once (one chunk). The chunks
+ * weigh alike, so the median is the steady rate: a first chunk slowed by first touches of
+ * fresh memory counts no more than any other.
+ * HB_SPIN_MS=N (environment, 0..10000; unset: 0): hb_timer_start first keeps the CPU busy
+ * for N ms, untimed, so the region starts on a CPU the program already holds. */
+
+#define HB_MAX_CHUNKS 256
+
+typedef enum { HB_CPU_PROCESS, HB_CPU_THREAD } hb_cpu_clock;
+
+typedef struct {
+    hb_cpu_clock clock;
+    double start, end;         /* wall clock of the region (end: at hb_timer_stop) */
+    double cpu_start, cpu_end; /* its CPU clock */
+    double lap_wall, lap_cpu;  /* where the current chunk began */
+    uint64_t lap_ops;          /* the region's ops before the current chunk */
+    unsigned chunks;           /* chunks recorded */
+    uint64_t chunk_ops[HB_MAX_CHUNKS];
+    double chunk_wall[HB_MAX_CHUNKS], chunk_cpu[HB_MAX_CHUNKS];
+} hb_timer;
+
+/* K of HB_CHUNKS (1 when unset); read by hb_init. */
+unsigned hb_chunks(void);
+/* Where chunk `chunk` (0..K) of a loop of `total` units begins: total * chunk / K rounded
+ * down to a multiple of `align` (>= 1; the last bound is total itself). A program whose
+ * bursts come every `align` units (--extra-ops) keeps them where they were. */
+uint64_t hb_chunk_bound(uint64_t total, unsigned chunk, uint64_t align);
+/* Spins HB_SPIN_MS, then reads both clocks. */
+void hb_timer_start(hb_timer *timer, hb_cpu_clock clock);
+/* Ends the current chunk where the region has done `ops_done` ops in all (a count since
+ * hb_timer_start, not since the last lap); a chunk of no ops is not recorded. */
+void hb_timer_lap(hb_timer *timer, uint64_t ops_done);
+/* Ends the region; returns its wall seconds. */
+double hb_timer_stop(hb_timer *timer);
+static inline hb_interval hb_timer_interval(const hb_timer *timer) {
+    return (hb_interval){timer->start, timer->end};
+}
+/* Adds a stopped timer to the run's figures, which hb_print_result prints: cpu_seconds= (the
+ * sum over the timers), cpu_clock=, and with HB_CHUNKS the chunk lines (chunk j of the run
+ * is chunk j of every timer: their ops added, over the longest wall time and the summed CPU
+ * time). Call it from one thread, after the workers are joined. A program that runs no
+ * timer prints none of these lines. */
+void hb_report_timer(const hb_timer *timer);
+
+/* hb_mixed_run in the chunks of hb_chunks(), lapping `timer` after each; with bursts
+ * (--extra-ops) the bounds fall on whole burst periods, so the bursts stay where they were. */
+void hb_mixed_run_chunked(hb_mixed *mixed, uint64_t iterations, hb_extra_work *work,
+                          hb_timer *timer);
+
 /* Prints `key=N` with the current resident set in KiB (rss_end_kb= and phase figures). */
 void hb_print_rss(const char *key);
 
@@ -281,7 +346,10 @@ void hb_print_rss(const char *key);
 uint64_t hb_rate(uint64_t ops, double seconds);
 
 /* Prints `Throughput = N ops/s`, ops=, seconds=, checksum=, maxrss_kb= (VmHWM: this
- * program's own peak RSS, not the launcher's), malloc_impl=.
+ * program's own peak RSS, not the launcher's), malloc_impl=; after hb_report_timer also
+ * cpu_seconds=, cpu_clock=, chunks= and, when an op ran, chunk_rates=, chunk_cpu_rates= (ops per
+ * wall and per CPU second of each chunk, comma-separated) and their medians chunk_rate=,
+ * chunk_cpu_rate= (without HB_CHUNKS: one chunk, the whole region).
  * The program prints its own key=value lines after it and then calls hb_flush_stdout. */
 void hb_print_result(uint64_t ops, double seconds, uint64_t checksum);
 /* The new stress programs: hb_print_result (seconds count as 0 when no op ran, so a

@@ -1,8 +1,9 @@
 """Parse harness program output (the ARCHITECTURE.md stdout contract).
 
 stdout: ``Throughput = <int> ops/s``, then ``key=value`` lines (ops, seconds, checksum,
-maxrss_kb, malloc_impl, ...). bench_soak also prints one ``epoch=N t=S ops=N ...`` line per
-epoch.
+maxrss_kb, malloc_impl, cpu_seconds, chunks, ...). ``chunk_rates`` and ``chunk_cpu_rates``
+hold one figure per chunk of the timed loop, comma-separated (harness/common.h, HB_CHUNKS).
+bench_soak also prints one ``epoch=N t=S ops=N ...`` line per epoch.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import re
 _THROUGHPUT = re.compile(r"^Throughput\s*=\s*(\d+)\s*ops/s\s*$")
 _KV = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S*)\s*$")
 _EPOCH = re.compile(r"^epoch=\d+(\s+[a-z_]+=\S+)+\s*$")
+# keys whose value is a comma-separated list of numbers (one a chunk)
+LIST_KEYS = ("chunk_rates", "chunk_cpu_rates")
 
 
 def _number(text: str):
@@ -28,7 +31,8 @@ def _number(text: str):
 def parse_harness_output(text: str) -> dict:
     """Return ``{"throughput": int|None, <key>: value, ...}``; numbers become int/float.
 
-    ``checksum`` and ``malloc_impl`` stay strings. Epoch lines are ignored here.
+    ``checksum`` and ``malloc_impl`` stay strings; ``LIST_KEYS`` become lists of numbers.
+    Epoch lines are ignored here.
     """
     out: dict = {"throughput": None}
     for line in text.splitlines():
@@ -42,7 +46,10 @@ def parse_harness_output(text: str) -> dict:
         m = _KV.match(line)
         if m:
             key, val = m.group(1), m.group(2)
-            out[key] = val if key in ("checksum", "malloc_impl") else _number(val)
+            if key in LIST_KEYS:
+                out[key] = [_number(x) for x in val.split(",") if x]
+            else:
+                out[key] = val if key in ("checksum", "malloc_impl") else _number(val)
     return out
 
 

@@ -81,11 +81,20 @@ def _print_table(header, rows) -> None:
 )
 @click.option(
     "--metric",
-    type=click.Choice(["throughput", "task-clock", "instructions"]),
+    type=click.Choice(["throughput", "cpu", "task-clock", "instructions"]),
     default="throughput",
     show_default=True,
-    help="judged metric: throughput; task-clock (CPU time, steadier on a loaded VM); "
-    "instructions (callgrind Ir/op: one count per side, the lowest of 5 where threads interleave)",
+    help="judged metric: throughput (wall clock of the timed loop); cpu (ops per CPU second "
+    "of the timed loop: without the time spent waiting for a CPU); task-clock (perf's CPU time "
+    "of the whole process); instructions (callgrind Ir/op: one count per side, the lowest of "
+    "5 where threads interleave)",
+)
+@click.option(
+    "--launch",
+    default="",
+    metavar="KEY[=N],...",
+    help="how harness processes start: cpu=N (pin both sides to CPU N), nice=N, fifo=PRIO "
+    "(SCHED_FIFO), no-aslr, chunks=K (time the loop in K chunks), spin-ms=N (spin before it)",
 )
 @click.option(
     "--seed", type=int, help="pair order seed [default: a fresh one, recorded: --seed replays it]"
@@ -152,6 +161,7 @@ def ab_cmd(
     warmup,
     threshold,
     metric,
+    launch,
     seed,
     rev,
     baseline_rev,
@@ -182,7 +192,7 @@ def ab_cmd(
         return
     if runs is not None and max_time is not None:
         raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
-    metric = "task_clock_ms" if metric == "task-clock" else metric
+    metric = {"task-clock": "task_clock_ms", "cpu": "cpu_throughput"}.get(metric, metric)
     if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
         perf_mode = "each" if metric == "task_clock_ms" else ab_spec.DEFAULT_PERF_MODE
     spec = ab_spec.ABSpec(
@@ -207,6 +217,7 @@ def ab_cmd(
         perf=perf_mode,
         perf_runs=perf_runs,
         layouts=layouts,
+        launch=launch,
     )
     ab_plan.check_layouts(spec)  # a reference allocator has no layouts: before any build
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed

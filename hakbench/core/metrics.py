@@ -24,6 +24,37 @@ class Metric:
 _ROWS = (
     Metric("throughput", "ops/s", True, "harness Throughput line (timed loop only)"),
     Metric(
+        "cpu_throughput",
+        "ops/CPU-s",
+        True,
+        "ops per CPU second of the harness's timed loop (ops / loop_cpu_s): the time the "
+        "program sat descheduled, waiting for a CPU, is not in it (`ab --metric cpu`); for a "
+        "threaded program the CPU seconds of all its workers, spinning and yielding included",
+    ),
+    Metric(
+        "chunk_throughput",
+        "ops/s",
+        True,
+        "median over the chunks of the timed loop (HB_CHUNKS, `--launch chunks=K`) of each "
+        "chunk's ops per wall second (chunk_rate=); with one chunk the loop's own rate",
+    ),
+    Metric(
+        "chunk_cpu_throughput",
+        "ops/CPU-s",
+        True,
+        "median over the chunks of the timed loop of each chunk's ops per CPU second "
+        "(chunk_cpu_rate=)",
+    ),
+    Metric(
+        "loop_cpu_s",
+        "s",
+        False,
+        "CPU seconds of the harness's timed loop (cpu_seconds=): CLOCK_PROCESS_CPUTIME_ID "
+        "around it, or the workers' CLOCK_THREAD_CPUTIME_ID summed (cpu_clock=thread); "
+        "start-up and exit are not in it, unlike task_clock_ms and user_s",
+        "second",
+    ),
+    Metric(
         "wall_s",
         "s",
         False,

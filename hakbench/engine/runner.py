@@ -15,6 +15,13 @@ What the numbers mean (ISSUE 5 asks for the harness's own rusage, not perf's):
   (context_switches is their sum). wall_s is fork + exec + run as hakbench saw it. This is
   how `ab` measures its pairs by default (``--perf observe``): a perf wrapper per process
   doubled the width of the throughput CI on this VM (see hakbench.experiments.ab).
+- The timed loop's own figures come from the harness's lines: ``throughput`` (its
+  Throughput line, wall clock), ``cpu_throughput`` (ops over ``loop_cpu_s``, its
+  ``cpu_seconds=``: CPU time of the loop alone, without start-up and without the time it
+  waited for a CPU) and the medians over the loop's chunks ``chunk_throughput`` and
+  ``chunk_cpu_throughput`` (harness/common.h; one chunk unless ``launch.chunks``).
+- ``launch`` (hakbench.engine.process.Launch) starts the process pinned, niced, SCHED_FIFO,
+  without ASLR, with chunks or a spin-up; the sample records it as ``launch``.
 - Max RSS, in every mode, is the harness's own ``maxrss_kb=`` line, VmHWM of its own
   address space. Not wait4's ru_maxrss: Linux carries the replaced image's RSS high-water
   mark across exec into it, so a harness exec'd from this Python process would report
@@ -34,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal as _signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +49,7 @@ from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_harness_output
 from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv, probe_perf
 from hakbench.core.metrics import PERF_EVENTS, PERF_NS_EVENTS
-from hakbench.engine.process import new_sample, signal_name, tail, wait_group
+from hakbench.engine.process import Launch, new_sample, signal_name, spawn, tail, wait_group
 from hakbench.engine.reference import cache_key, cached, program_identity
 
 # Events beyond probe_perf's list: the split fault counts and perf's rusage tool events.
@@ -111,6 +117,26 @@ def rusage_metrics(ru) -> dict:
     }
 
 
+def loop_metrics(harness: dict) -> dict:
+    """The timed loop's CPU time and the rates beside its Throughput line: ops per CPU second
+    and the chunk medians (only what the harness printed, and only when an op ran)."""
+    out: dict = {}
+    ops, cpu = harness.get("ops"), harness.get("cpu_seconds")
+    if isinstance(cpu, (int, float)) and cpu > 0:
+        out["loop_cpu_s"] = float(cpu)
+        if isinstance(ops, int) and ops > 0:
+            out["cpu_throughput"] = ops / cpu
+    if harness.get("chunks"):
+        for key, name in (
+            ("chunk_rate", "chunk_throughput"),
+            ("chunk_cpu_rate", "chunk_cpu_throughput"),
+        ):
+            value = harness.get(key)
+            if isinstance(value, (int, float)) and value > 0:
+                out[name] = value
+    return out
+
+
 # What a direct run cannot measure: perf's own counters.
 DIRECT_UNAVAILABLE = (
     "task_clock_ms",
@@ -154,10 +180,13 @@ def run_sample(
     stats: bool = False,
     timeout: float = 120.0,
     args=None,
+    launch: Launch | None = None,
 ) -> dict:
     """One process of ``cell``; never raises for a failed process: the sample says so.
+    ``launch``: how the harness is started (pinned, niced, ...; process.Launch).
 
-    A command workload (a real program) is run by hakbench.engine.command_run, never under perf."""
+    A command workload (a real program) is run by hakbench.engine.command_run, never under
+    perf, and as always (``launch`` is for harness programs)."""
     if cell.workload.command is not None:
         from hakbench.engine.command_run import run_command_sample
 
@@ -172,6 +201,8 @@ def run_sample(
         env["HAKMEM_STATS"] = "1"
     sample["argv"] = argv
     sample["launcher"] = None
+    if launch is not None and launch != Launch():
+        sample["launch"] = str(launch)
     if not Path(argv[0]).exists():
         sample["error"] = f"{argv[0]} not built (run `make build`)"
         return sample
@@ -189,7 +220,7 @@ def run_sample(
         sample["launcher"] = "perf" if use_perf else "direct"
         t0 = time.perf_counter()
         try:
-            proc = subprocess.Popen(full, stdout=out, stderr=err, env=env, start_new_session=True)
+            proc = spawn(full, env, launch, stdout=out, stderr=err)
         except OSError as e:
             sample["error"] = f"cannot start {full[0]}: {e}"
             return sample
@@ -222,10 +253,13 @@ def run_sample(
         metrics["rss_end_kb"] = rss_end
     if harness.get("throughput"):
         metrics["throughput"] = harness["throughput"]
+        metrics.update(loop_metrics(harness))
     sample["metrics"] = metrics
     sample["unavailable"] = sorted(set(unavailable))
     if use_perf and code == 0 and sig is None and harness.get("throughput") is None:
-        rerun = run_sample(cell, phase=phase, perf=False, stats=stats, timeout=timeout, args=args)
+        rerun = run_sample(
+            cell, phase=phase, perf=False, stats=stats, timeout=timeout, args=args, launch=launch
+        )
         rerun["error"] = (
             "perf lost the exit status (its SIGCHLD race); re-run without perf: "
             f"{rerun['error'] or rerun['status']}"

@@ -29,6 +29,7 @@ from hakbench.core.cell import Cell
 from hakbench.core.metrics import METRICS
 from hakbench.engine import engine, interrupts
 from hakbench.engine.load import LoadMonitor
+from hakbench.engine.process import Launch
 from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, run_sample
 from hakbench.engine.schedule import ab_schedule, iter_ab_schedule
@@ -255,6 +256,7 @@ class _Run:
                 perf=perf,
                 timeout=spec.timeout,
                 args=ab_plan.slot_args(spec, cell, slot),
+                launch=Launch.parse(spec.launch),
             ),
         )
         if slot.phase == "measure":

@@ -16,6 +16,7 @@ from hakbench.core.errors import UsageError
 from hakbench.core.profiles import expand_workloads, resolve_workload
 from hakbench.engine import engine
 from hakbench.engine.meta import collect_meta
+from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
 from hakbench.engine.schedule import ab_schedule
 from hakbench.experiments.ab_spec import (
@@ -106,6 +107,7 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
     check_layouts(spec)
     if spec.perf not in PERF_MODES:
         raise UsageError(f"unknown perf mode '{spec.perf}'; known: {', '.join(PERF_MODES)}")
+    Launch.parse(spec.launch)
     if spec.metric == "task_clock_ms" and not (spec.perf == "each" and perf_usable()):
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"

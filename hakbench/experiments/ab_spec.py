@@ -27,7 +27,15 @@ DEFAULT_PROFILE = "C7_SAFE"
 # a loaded VM: at load 3.5-8.7 on 2 cores (2026-11-22, 100 pairs, 12 trials) its paired CI
 # was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
 # times against 1/4, because time spent waiting for a CPU is not in it.
-TIMED_METRICS = ("throughput", "task_clock_ms")
+# cpu_throughput (`--metric cpu`): the harness's ops per CPU second of its timed loop
+# (hakbench.core.metrics); the chunk medians need `--launch chunks=K` to differ from the rest.
+TIMED_METRICS = (
+    "throughput",
+    "task_clock_ms",
+    "cpu_throughput",
+    "chunk_throughput",
+    "chunk_cpu_throughput",
+)
 # Why pairs run without perf by default: wrapping every sample in `perf stat` roughly doubled
 # the width of the throughput CI and halved power on this VM (same ~2 % A/B, load 2.6-3.6:
 # CI width 4.9-7.5 % with perf against 1.7-4.3 % without; detected 1/4 against 3/4; 12-20 s
@@ -62,6 +70,7 @@ class ABSpec:
     perf_runs: int = DEFAULT_PERF_RUNS  # per side, perf "observe" only
     observe: bool = True
     name: str | None = None
+    launch: str = ""  # how harness processes start: hakbench.engine.process.Launch text
     # calibration only (`calibrate --sequential`): side B passes the harness's --extra-ops K,
     # side A --extra-ops KA, a known injected slowdown
     extra_ops: int | None = None
