@@ -21,6 +21,7 @@ from hakbench.experiments import calibrate_layouts as callay
 from hakbench.experiments.ab import run_ab
 from hakbench.experiments.ab_spec import ABSpec
 from hakbench.stats import stats as st
+from hakbench.stats.layouts import layout_ci
 
 BUILD = Path(__file__).resolve().parents[1] / "build"
 
@@ -57,13 +58,16 @@ def test_fixed_count_stores_layouts_and_widens_the_interval(lab):
     libs = {s["layout"]: s["cell"] for s in samples}
     assert libs[0] != libs[1]  # a layout is another cell (its own library)
     c = result.primary()[0]
-    ratios = [
-        b["metrics"]["throughput"] / a["metrics"]["throughput"]
-        for a, b in complete_pairs(samples, "hot")
-    ]
+    pairs = complete_pairs(samples, "hot")
+    ratios = [b["metrics"]["throughput"] / a["metrics"]["throughput"] for a, b in pairs]
     _, plain_lo, plain_hi = st.median_ci(ratios)
     assert c.ci_low <= plain_lo and c.ci_high >= plain_hi  # the hull: never bolder
-    assert c.ci_high - c.ci_low > plain_hi - plain_lo  # and wider: layout_ci judged it
+    layouts = ([a["layout"] for a, _ in pairs], [b["layout"] for _, b in pairs])
+    _, lo, hi = layout_ci(ratios, *layouts, ratios=True, k_a=2, k_b=2)
+    assert (c.ci_low, c.ci_high) == pytest.approx((lo, hi))  # judged on layout_ci
+    _, re_lo, re_hi = layout_ci(ratios, *layouts, 0.999, ratios=True, k_a=2, k_b=2)
+    _, p_lo, p_hi = st.median_ci(ratios, 0.999)
+    assert re_hi - re_lo > p_hi - p_lo  # and it widens (t with ~2 df at 99.9 %)
     row = next(csv.DictReader(open(lab / "run" / "summary.csv")))
     assert row["layouts"] == "2/2" and row["layout_spread"] not in ("", "nan")
     report = (lab / "run" / "report.md").read_text()
@@ -162,3 +166,16 @@ def test_resume_finishes_the_same_pairs(lab):
 def test_layouts_refuses_a_reference_allocator(lab):
     r = calibrate("--layouts", "2", "-a", "system", "-w", "hot")
     assert r.exit_code == 2 and "no code layouts" in r.output
+
+
+def test_continue_keeps_drawing_layouts(lab):
+    out = lab / "cont"
+    first = run_ab(spec(pairs=None, max_time_s=0.5, threshold_pct=0.1), out, show_progress=False)
+    again = ab_plan.resume_spec(out, max_time_s=1.0)
+    assert again.layouts == 2 and again.seed == first.spec.seed
+    second = run_ab(again, out, show_progress=False, continued=True)
+    assert second.primary()[0].n_pairs > first.primary()[0].n_pairs
+    rows = measured(out)
+    by_round = {(s["round"], s["side"]): s["layout"] for s in rows}
+    draws = ab_plan.LayoutDraws(again, {"hot": {"A": [0, 1], "B": [0, 1]}})
+    assert all(by_round[(r, side)] == draws.of("hot", r)["AB".index(side)] for r, side in by_round)

@@ -109,7 +109,8 @@ def verdict_rows(result) -> list[list[str]]:
         lay = layouts.get(c.workload)
         verdict = f"{c.verdict} {lay.report.label}".strip() if lay else c.verdict
         stop = stop_text(c)
-        if lay is not None and lay.more_layouts:
+        if lay is not None and lay.more_layouts:  # no number of pairs would decide
+            stop = stop.replace(", too few pairs to say how many would decide", "")
             stop += f", more layouts, not more pairs (layout floor +-{100 * lay.floor:.2f} %)"
         guards = [
             f"{g.metric} {g.verdict} ({fmt_ratio(g)})"

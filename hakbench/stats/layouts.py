@@ -320,7 +320,9 @@ def layout_ci(
     if not (spread.complete and not spread.sides):
         r_lo, r_hi = random_effects_bounds(spread, (1 - confidence) / 2)
         lo, hi = min(lo, r_lo), max(hi, r_hi)
-    return (math.exp(med), math.exp(lo), math.exp(hi)) if ratios else (med, lo, hi)
+    if not ratios:
+        return med, lo, hi
+    return tuple(math.exp(v) if v < 700 else math.inf for v in (med, lo, hi))  # no overflow
 
 
 def _judged_at(n: int, level_alpha: float) -> bool:
