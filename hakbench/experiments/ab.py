@@ -45,6 +45,7 @@ from hakbench.experiments.ab_spec import (
     TIMED_METRICS,
     ABResult,
     ABSpec,
+    judged_metric,
 )
 from hakbench.experiments.engagement import engagement
 from hakbench.stats import sequential as seq
@@ -155,7 +156,7 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
         )
-    if spec.metric != "throughput":
+    if spec.metric not in ("throughput", "cpu_throughput"):
         for w in expand_workloads(spec.workloads):
             if resolve_workload(w).command is not None:
                 raise UsageError(
@@ -285,7 +286,7 @@ def run_ab(
     if spec.sequential:  # the count is not known: estimate DEFAULT_PAIRS a workload
         n_total += 2 * len(cells) * (spec.warmup_pairs + DEFAULT_PAIRS)
     progress = Progress(n_total, "ab") if show_progress else None
-    own = primaries(cells)
+    own = primaries(cells, spec.metric)
     # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds, counted
     # once the replay is over, so no stored pair is left out of the verdict by the budget
     replayed = {"s": 0.0, "pending": 0.0}
@@ -619,10 +620,14 @@ def _observe(cell: Cell, spec: ABSpec) -> dict:
     return run_sample(stats_cell, phase="observe", perf=False, stats=True, timeout=spec.timeout)
 
 
-def primaries(cells: dict) -> dict:
-    """workload -> its judged metric when that is not the spec's: a command workload's own
-    time or rate (hakbench.core.commandspec)."""
-    return {w: a.workload.primary_metric for w, (a, _) in cells.items() if a.workload.command}
+def primaries(cells: dict, metric: str) -> dict:
+    """workload -> its judged metric when that is not the spec's ``metric``: a command
+    workload's own time or rate (hakbench.core.commandspec), throughput for a threaded
+    workload asked for CPU time (ab_spec.judged_metric)."""
+    if metric == "instructions":
+        return {}
+    judged = {w: judged_metric(metric, a.workload) for w, (a, _) in cells.items()}
+    return {w: m for w, m in judged.items() if m != metric}
 
 
 def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None):
@@ -725,7 +730,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
         write_pyperf(samples, out / "pyperf")
         plot_paired_ratios(
             samples,
-            {w: primaries(result.cells).get(w, result.spec.metric) for w in result.cells},
+            {
+                w: primaries(result.cells, result.spec.metric).get(w, result.spec.metric)
+                for w in result.cells
+            },
             list(result.cells),
             out / "paired_ratios.png",
             threshold_pct=result.spec.threshold_pct,

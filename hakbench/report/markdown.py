@@ -264,10 +264,20 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
         )
         lines += [text, ""]
         own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
-        if own:
+        commands = {w: m for w, m in own.items() if result.cells[w][0].workload.command}
+        threaded = {w: m for w, m in own.items() if w not in commands}
+        if threaded:
+            lines += [
+                "Workloads of several threads are judged the same way on throughput, not on "
+                "CPU time, which leaves out the time their threads wait for each other: "
+                + ", ".join(threaded)
+                + ".",
+                "",
+            ]
+        if commands:
             lines += [
                 "Command workloads (real programs) are judged the same way on their own metric: "
-                + ", ".join(f"{w}: {m}" for w, m in own.items())
+                + ", ".join(f"{w}: {m}" for w, m in commands.items())
                 + ". A sample whose output differs from glibc's (wrong_output), that crashed, "
                 "timed out or whose preload never showed in /proc/PID/maps is a failed sample, "
                 "never a number.",
