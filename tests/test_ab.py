@@ -98,7 +98,8 @@ def test_system_vs_mimalloc_tiny_hot_is_no_go_with_every_file(lab):
     ):
         assert (out / f).exists(), f
     rows = list(csv.DictReader(open(out / "summary.csv")))
-    hot = next(x for x in rows if x["workload"] == "hot" and x["metric"] == "throughput")
+    hot = next(x for x in rows if x["workload"] == "hot" and x["role"] == "primary")
+    assert hot["metric"] == "cpu_throughput"  # the default: ops per CPU second of the loop
     assert hot["verdict"] == "NO-GO" and float(hot["ratio"]) < 0.9 and hot["n_pairs"] == "20"
     assert {"a_median", "b_median", "ci_low", "ci_high", "p_value", "p_holm"} <= set(hot)
     samples = [json.loads(x) for x in open(out / "samples.jsonl")]
@@ -181,6 +182,7 @@ def test_noise_warning_from_the_reference_calibration(lab):
     cal.write_text(json.dumps(data))
     out = lab / "noisy"
     args = ["ab", "-a", "system", "-w", "hot", "-n", "3", "--warmup", "0", "--perf", "off"]
+    args += ["--metric", "throughput"]  # the calibration measured throughput's noise
     r = CliRunner().invoke(main, [*args, "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "A/A (no --baseline/--set): a noise check" in r.output

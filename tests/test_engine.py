@@ -377,7 +377,7 @@ def test_ab_continue_extends_the_same_sequence_and_seed_replays(scratch, tmp_pat
     samples = read_jsonl(out / "samples.jsonl")
     rule = Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
     for a, b in complete_pairs(samples, "mixed_short"):
-        rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
+        rule.add("w", math.log(b["metrics"]["cpu_throughput"] / a["metrics"]["cpu_throughput"]))
         rule.end_round()
     look = rule.stops["w"].state.last
     assert look.n == int(row["n_pairs"])
@@ -520,7 +520,7 @@ def test_a_killed_sequential_ab_resumes_the_same_sequence(scratch, tmp_path):
         row = next(r for r in csv.DictReader(f) if r["role"] == "primary")
     rule = Stopper({"w": True}, 1.0, max_time_s=math.inf, max_pairs=10**6)
     for a, b in complete_pairs(samples, "mixed_short"):
-        rule.add("w", math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]))
+        rule.add("w", math.log(b["metrics"]["cpu_throughput"] / a["metrics"]["cpu_throughput"]))
         rule.end_round()
     look = rule.stops["w"].state.last
     assert look.n == int(row["n_pairs"]) and float(row["p_value"]) == pytest.approx(look.p_anytime)

@@ -309,3 +309,25 @@ def test_ab_judges_cpu_throughput_with_a_launch(make_lab, tmp_path):
     assert {s["harness"]["chunks"] for s in measured} == {4}
     bad = CliRunner().invoke(main, ["ab", "-a", "system", "-w", "hot", "--launch", "pin=1"])
     assert bad.exit_code == 2 and "known keys" in bad.output
+
+
+def test_default_judges_cpu_time_and_threaded_workloads_on_throughput(make_lab, tmp_path):
+    from hakbench.experiments.ab import run_ab
+    from hakbench.experiments.ab_spec import ABSpec
+
+    make_lab(
+        AB_WORKLOADS
+        + '[mt]\nprogram = "bench_mid_large_mt"\nthreads = 2\n'
+        + 'args = ["--threads", "2", "--iters", "2000", "--ws", "32"]\n',
+        ("bench_tiny_hot", "bench_mid_large_mt"),
+    )
+    spec = ABSpec(allocator="system", workloads=("hot", "mt"), pairs=4, warmup_pairs=0)
+    assert spec.metric == "cpu_throughput"
+    result = run_ab(spec, tmp_path / "ab", show_progress=False)
+    assert {c.workload: c.metric for c in result.primary()} == {
+        "hot": "cpu_throughput",
+        "mt": "throughput",  # its CPU time would leave out its threads' waits
+    }
+    report = (tmp_path / "ab" / "report.md").read_text()
+    assert "higher cpu_throughput is better" in report
+    assert "Judged on throughput (several threads): " in report

@@ -81,13 +81,14 @@ def _print_table(header, rows) -> None:
 )
 @click.option(
     "--metric",
-    type=click.Choice(["throughput", "cpu", "task-clock", "instructions"]),
-    default="throughput",
+    type=click.Choice(["cpu", "throughput", "task-clock", "instructions"]),
+    default="cpu",
     show_default=True,
-    help="judged metric: throughput (wall clock of the timed loop); cpu (ops per CPU second "
-    "of the timed loop: without the time spent waiting for a CPU); task-clock (perf's CPU time "
-    "of the whole process); instructions (callgrind Ir/op: one count per side, the lowest of "
-    "5 where threads interleave)",
+    help="judged metric: cpu (ops per CPU second of the harness's timed loop: without the "
+    "time spent waiting for a CPU; a workload of several threads is judged on throughput); "
+    "throughput (wall clock of the timed loop); task-clock (perf's CPU time of the whole "
+    "process); instructions (callgrind Ir/op: one count per side, the lowest of 5 where "
+    "threads interleave)",
 )
 @click.option(
     "--launch",

@@ -113,7 +113,7 @@ def run_ab(
         t_pairs = time.monotonic()
         if run.stopper is not None:
             run.stopper.t0 = time.monotonic()  # the budget counts from the first pair
-            _sequential_pairs(spec, cells, run.slot, run.stopper, primaries(cells))
+            _sequential_pairs(spec, cells, run.slot, run.stopper, primaries(cells, spec.metric))
         for slot in slots:
             run.slot(slot)
         pairs_seconds = time.monotonic() - t_pairs
@@ -197,7 +197,7 @@ class _Run:
         # the budget's clock: live seconds, plus (--resume) the stored pairs' own seconds,
         # counted once the replay is over, so no stored pair is left out by the budget
         self.replayed = {"s": 0.0, "pending": 0.0}
-        own = primaries(cells)
+        own = primaries(cells, spec.metric)
         self.stopper = (
             Stopper(
                 {w: METRICS[own.get(w, spec.metric)].higher_is_better for w in cells},

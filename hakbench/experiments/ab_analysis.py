@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hakbench.core.metrics import GUARDRAILS, METRICS, PERF_SOURCED
 from hakbench.engine.schedule import complete_pairs
-from hakbench.experiments.ab_spec import ABSpec
+from hakbench.experiments.ab_spec import ABSpec, judged_metric
 from hakbench.experiments.engagement import engagement
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
@@ -111,10 +111,14 @@ def perf_counter_table(samples: list[dict], workloads: list[str]) -> list:
     return rows
 
 
-def primaries(cells: dict) -> dict:
-    """workload -> its judged metric when that is not the spec's: a command workload's own
-    time or rate (hakbench.core.commandspec)."""
-    return {w: a.workload.primary_metric for w, (a, _) in cells.items() if a.workload.command}
+def primaries(cells: dict, metric: str) -> dict:
+    """workload -> its judged metric when that is not the spec's ``metric``: a command
+    workload's own time or rate (hakbench.core.commandspec), throughput for a threaded
+    workload asked for CPU time (ab_spec.judged_metric)."""
+    if metric == "instructions":
+        return {}
+    judged = {w: judged_metric(metric, a.workload) for w, (a, _) in cells.items()}
+    return {w: m for w, m in judged.items() if m != metric}
 
 
 def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None):
@@ -206,7 +210,7 @@ def judge_run(
     compared, the primary one given its pairs' seconds and, sequential, the stop that
     ended it (else a fixed count judged with the layout spread in, when its pairs drew
     layouts, and its pairs needed); NOT-ENGAGED and FAILED override it."""
-    own = primaries(cells)
+    own = primaries(cells, spec.metric)
     comparisons, roles = analyse(samples, list(cells), spec, own)
     failures = failures_by_workload(samples, list(cells), spec)
     k_primary = sum(
@@ -288,7 +292,7 @@ def layout_summaries(samples, spec: ABSpec, cells: dict, layouts, comparisons, s
     if max(layouts) <= 1:
         return {}
     ks = {"k_a": layouts[0], "k_b": layouts[1]}
-    own = primaries(cells)
+    own = primaries(cells, spec.metric)
     out = {}
     for w in cells:
         ratios, la, lb = _pair_layouts(samples, w, own.get(w, spec.metric))

@@ -112,7 +112,7 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
         )
-    if spec.metric != "throughput":
+    if spec.metric not in ("throughput", "cpu_throughput"):
         for w in expand_workloads(spec.workloads):
             if resolve_workload(w).command is not None:
                 raise UsageError(

@@ -27,8 +27,15 @@ DEFAULT_PROFILE = "C7_SAFE"
 # a loaded VM: at load 3.5-8.7 on 2 cores (2026-11-22, 100 pairs, 12 trials) its paired CI
 # was 2.4 % wide (median) where throughput's was 10.3 %, and it caught a 5.6 % slowdown 4/4
 # times against 1/4, because time spent waiting for a CPU is not in it.
-# cpu_throughput (`--metric cpu`): the harness's ops per CPU second of its timed loop
-# (hakbench.core.metrics); the chunk medians need `--launch chunks=K` to differ from the rest.
+# cpu_throughput (`--metric cpu`, the default): the harness's ops per CPU second of its timed
+# loop (hakbench.core.metrics). It leaves out the time the process waited for a CPU: on
+# this VM, loaded (2026-11-25 21:00 UTC, 199 interleaved A/A pairs a workload), the spread of
+# a pair's log ratio was 1.5 / 4.0 / 1.6 % on mixed / tiny_hot / c6_heavy against 20 / 9.6 /
+# 7.0 % for throughput (docs/measuring.md, "CPU time of the timed loop"). It also leaves out
+# the time threads wait for each other (a lock's futex sleep), so a workload of several
+# threads is judged on throughput (``judged_metric``). The chunk medians need `--launch
+# chunks=K` to differ from the rest.
+DEFAULT_METRIC = "cpu_throughput"
 TIMED_METRICS = (
     "throughput",
     "task_clock_ms",
@@ -43,6 +50,18 @@ TIMED_METRICS = (
 PERF_MODES = ("observe", "each", "off")
 DEFAULT_PERF_MODE = "observe"
 DEFAULT_PERF_RUNS = 3
+
+
+def judged_metric(metric: str, workload) -> str:
+    """The metric that judges ``workload`` when the A/B asks for ``metric``: a command
+    workload's own time or rate; throughput instead of CPU time for a harness workload of
+    several threads (their CPU time leaves out the time they wait for each other); else
+    ``metric``."""
+    if workload.command is not None:
+        return workload.primary_metric
+    if metric == "cpu_throughput" and workload.threads > 1:
+        return "throughput"
+    return metric
 
 
 @dataclass
@@ -62,7 +81,7 @@ class ABSpec:
     warmup_pairs: int = DEFAULT_WARMUP_PAIRS
     threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
     seed: int | None = None  # None: a fresh one per call (engine.new_seed), recorded
-    metric: str = "throughput"  # a TIMED_METRICS name, or "instructions"
+    metric: str = DEFAULT_METRIC  # a TIMED_METRICS name, or "instructions"
     rev: str | None = None
     baseline_rev: str | None = None
     timeout: float = 120.0

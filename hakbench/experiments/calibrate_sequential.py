@@ -83,7 +83,7 @@ class SeqTrial:
     verdict: str
     n_pairs: int
     seconds: float
-    estimate: float  # median log(B/A) of throughput at the stop
+    estimate: float  # median log(B/A) of the judged metric at the stop
     low: float
     high: float
     failed: int = 0
@@ -268,7 +268,8 @@ def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTria
     (c,) = result.primary()
     w = c.workload
     pairs = complete_pairs(read_jsonl(result.out / "samples.jsonl"), w)
-    logs = [math.log(b["metrics"]["throughput"] / a["metrics"]["throughput"]) for a, b in pairs]
+    m = c.metric  # the judged metric (the default: cpu_throughput)
+    logs = [math.log(b["metrics"][m] / a["metrics"][m]) for a, b in pairs]
     return SeqTrial(
         condition,
         k,
@@ -278,8 +279,8 @@ def trial_of(result, condition: str, index: int, call_seconds: float) -> SeqTria
         c.n_pairs,
         round(result.pairs_seconds, 3),
         math.log(c.ratio),
-        math.log(c.ci_low),
-        math.log(c.ci_high),
+        math.log(c.ci_low) if c.ci_low > 0 else -math.inf,  # (an interval still unbounded)
+        math.log(c.ci_high) if math.isfinite(c.ci_high) else math.inf,
         sum(s.get("phase") == "measure" for s in result.failed),
         logs,
         ka,

@@ -321,10 +321,14 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
         k = len(result.primary())
         lines += [text, "", neutral_correction(k, sequential=spec.sequential, alpha=ALPHA), ""]
         own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
-        if own:
+        commands = {w: m for w, m in own.items() if result.cells[w][0].workload.command}
+        threaded = {w: m for w, m in own.items() if w not in commands}
+        if threaded:  # CPU time leaves out the time threads wait for each other
+            lines += [f"Judged on throughput (several threads): {', '.join(threaded)}.", ""]
+        if commands:
             lines += [
                 "Command workloads (real programs) are judged the same way on their own metric: "
-                + ", ".join(f"{w}: {m}" for w, m in own.items())
+                + ", ".join(f"{w}: {m}" for w, m in commands.items())
                 + ". A sample whose output differs from glibc's (wrong_output), that crashed, "
                 "timed out or whose preload never showed in /proc/PID/maps is a failed sample, "
                 "never a number.",
