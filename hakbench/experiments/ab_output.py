@@ -123,7 +123,10 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
         write_pyperf(samples, out / "pyperf")
         plot_paired_ratios(
             samples,
-            {w: primaries(result.cells, result.spec.metric).get(w, result.spec.metric) for w in result.cells},
+            {
+                w: primaries(result.cells, result.spec.metric).get(w, result.spec.metric)
+                for w in result.cells
+            },
             list(result.cells),
             out / "paired_ratios.png",
             threshold_pct=result.spec.threshold_pct,
