@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from hakbench.cli import main
 from hakbench.core.profiles import resolve_workload
+from hakbench.experiments import calibration
 from hakbench.experiments import runlength as rl
 from hakbench.stats import sequential as seq
 
@@ -119,6 +120,8 @@ def test_run_length_real_run_on_two_counts(tmp_path, monkeypatch, bench_dir):
         pytest.skip("harness not built")
     mine = tmp_path / "machine" / rl.FILE
     monkeypatch.setattr(rl, "machine_path", lambda fp=None: mine)
+    # (the record is written beside this machine's calibration: calibration.write_record)
+    monkeypatch.setattr(calibration, "machine_path", lambda fp=None: mine.with_name("latest.json"))
     out = tmp_path / "run"
     r = CliRunner().invoke(
         main,
