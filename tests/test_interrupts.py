@@ -185,3 +185,30 @@ def test_a_stop_outside_a_command_still_exits_128_plus_the_signal(sig):
     )
     done = subprocess.run([sys.executable, "-c", code], timeout=30)
     assert done.returncode == 128 + sig
+
+
+def test_a_signal_before_the_process_registers_still_cuts_its_sample():
+    """The race of a busy machine: the signal lands after a sample started but before its
+    process registered its stopper. The process is stopped as it registers (and counted as
+    cut, so the engine does not store its sample); the stop is raised at the section's end."""
+    from hakbench.engine import interrupts
+
+    stopped = []
+    with interrupts.installed():
+        with pytest.raises(interrupts.Interrupted):
+            with interrupts.deferred():
+                before = interrupts.stops()
+                signal.raise_signal(signal.SIGINT)  # no process runs yet
+                assert not stopped
+                with interrupts.stopping(lambda: stopped.append(1)):
+                    pass
+                assert stopped == [1] and interrupts.stops() == before + 1
+                with interrupts.stopping(lambda: stopped.append(2)):
+                    pass  # only the process being started when it came
+                assert stopped == [1]
+        # while a report is written nothing is cut, however a signal comes
+        with interrupts.finishing():
+            signal.raise_signal(signal.SIGTERM)
+            with interrupts.stopping(lambda: stopped.append(3)):
+                pass
+        assert stopped == [1]

@@ -56,6 +56,8 @@ class _State:
     pending = False  # a signal arrived inside a deferred section
     stops = 0  # how many times a running process was stopped by a signal
     stoppers: list = []  # callbacks that stop the running process gently
+    uncut = False  # the first signal came while no process ran (one is about to start)
+    finishing = 0  # nested finishing sections (nothing is cut there)
 
 
 _state = _State()
@@ -68,6 +70,8 @@ def _handle(signum, frame) -> None:
     for stop in list(_state.stoppers):
         _state.stops += 1
         stop()
+    if first and _state.depth and not _state.stoppers and not _state.finishing:
+        _state.uncut = True  # a process being started now is stopped as it registers
     if _state.depth:
         _state.pending = True
         return
@@ -102,6 +106,7 @@ def exit_outside_commands() -> None:
 
 def reset() -> None:
     _state.received, _state.depth, _state.pending, _state.stops = None, 0, False, 0
+    _state.uncut, _state.finishing = False, 0
     _state.stoppers = []
 
 
@@ -115,10 +120,13 @@ class deferred:
 
     def __enter__(self):
         _state.depth += 1
+        _state.finishing += not self.then_raise
         return self
 
     def __exit__(self, exc_type, exc, tb):
         _state.depth -= 1
+        _state.finishing -= not self.then_raise
+        _state.uncut = False
         if _state.depth == 0 and _state.pending:
             _state.pending = False
             if exc_type is None and self.then_raise:
@@ -136,8 +144,14 @@ def finishing() -> deferred:
 @contextlib.contextmanager
 def stopping(stop: Callable[[], None]) -> Iterator[None]:
     """While the body runs a process, a stop signal calls ``stop`` (from the handler: it
-    must not block) to end that process gently."""
+    must not block) to end that process gently. A signal that came while no process ran
+    yet (between a sample's start and its process's launch) stops it as it registers: the
+    sample is cut, as if the signal had come a moment later."""
     _state.stoppers.append(stop)
+    if _state.uncut:
+        _state.uncut = False
+        _state.stops += 1
+        stop()
     try:
         yield
     finally:
