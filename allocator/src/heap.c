@@ -435,7 +435,6 @@ void hak_heap_destroy(hak_heap *heap) {
     hak_heap_free_delayed(heap);
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
         abandon_superslabs(heap->superslabs[kind]);
-    hak_large_trim(); // lean policy: cached large regions go back when a thread exits
     hak_stats_merge_heap(heap);
     hak_lock_acquire(&heaps_lock);
     if (heap->prev_live)

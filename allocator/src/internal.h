@@ -604,7 +604,6 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero);
 void hak_large_free(void *p);
 size_t hak_large_usable(const char *func, void *p);
 void *hak_large_realloc(void *p, size_t size);
-void hak_large_trim(void);
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);

@@ -18,15 +18,16 @@
 //     no byte is copied).
 //   - freed regions go to a cache: up to HAK_LARGE_CACHE_COUNT regions and as many bytes as
 //     the program recently had live (HAK_LARGE_CACHE_BYTES at least, see below), each purged
-//     once it has waited HAK_LARGE_PURGE_DELAY_NS (lean policy: HAK_LARGE_LEAN_PURGE_DELAY_NS,
-//     and at every thread exit: hak_large_trim): still mapped, no longer resident. A request
-//     takes the smallest cached region that holds it: whole when it is at most twice the
-//     request (speed-first: the rest stays mapped behind the block, so a realloc that grows
-//     it back needs no syscall and no fault; lean: the rest is purged), else split, its tail
-//     cached; when none holds it, the largest smaller one grown by mremap (its pages move
-//     warm). A freed region joins the cached region after it (resident with resident). The
-//     lean policy cached 512 KiB before issue #30 and unmapped it at every thread exit:
-//     bench_thread_churn under BALANCED then mapped 5,251 large regions a run, 272 now.
+//     once it has waited HAK_LARGE_PURGE_DELAY_NS, under both policies: still mapped, no longer
+//     resident. A request takes the smallest cached region that holds it: whole when it is at
+//     most twice the request (the rest stays mapped behind the block, so a realloc that grows
+//     it back needs no syscall and no fault; the lean policy purges that rest when the
+//     region's delay has passed), else split, its tail cached; when none holds it, the largest
+//     smaller one grown by mremap (its pages move warm). A freed region joins the cached region
+//     after it (resident with resident). The lean policy cached 512 KiB before issue #30 and
+//     unmapped it at every thread exit: bench_thread_churn under BALANCED then mapped 5,251
+//     large regions a run; with this cache, purged after 10 ms and at every thread exit, 272,
+//     but it still faulted in every big block anew (see HAK_LARGE_PURGE_DELAY_NS).
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
 //     an mmap, a munmap and 8-16 page faults for every one of them (bench_churn under
 //     BALANCED: 19x glibc's page faults), and its threads' page faults wait for each other's
@@ -48,14 +49,19 @@
 #include "options.h"
 
 #define HAK_LARGE_CACHE_COUNT     256
-#define HAK_LARGE_CACHE_BYTES     ((size_t)32 << 20) // speed-first: at least this, see below
+#define HAK_LARGE_CACHE_BYTES     ((size_t)32 << 20) // at least this, see below
 #define HAK_LARGE_CACHE_BYTES_MAX ((size_t)1 << 30)  // and at most this
-// Speed-first: the cache may hold as much as the program recently had live in large blocks
-// (between the two bounds above): a program that allocates, touches and frees blocks of several
-// MiB in a loop gets the same mappings back warm instead of mapping and faulting in every page
-// again each round (glibc keeps such blocks in its heap once it has freed one: its mmap
-// threshold rises to the freed size, up to 32 MiB). "Recently": the highest live total seen at
-// a free, halved every HAK_LARGE_PEAK_HALF_LIFE_NS.
+// The cache may hold twice as much as the program recently had live in large blocks (between
+// the two bounds above): a program that allocates, touches and frees blocks of several MiB in a
+// loop gets the same mappings back warm instead of mapping and faulting in every page again each
+// round (glibc keeps such blocks in its heap once it has freed one: its mmap threshold rises to
+// the freed size, up to 32 MiB). "Recently": the highest live total seen at a free, halved every
+// HAK_LARGE_PEAK_HALF_LIFE_NS. Twice: with a few big blocks live at once and freed out of order
+// (bench_bigblock --live 4), a cache of once the live peak was full as often as not when a block
+// was freed, which was then unmapped while the next request found no cached region to hold it:
+// 98,900 page faults a run against 52,600-61,700 with twice (tcmalloc 49,300, whose page heap
+// keeps everything), at the same peak RSS (153-171 MB; tcmalloc 179). What it holds beyond the
+// live set is resident for the purge delay only.
 #define HAK_LARGE_PEAK_HALF_LIFE_NS ((uint64_t)1000 * 1000 * 1000)
 #define HAK_LARGE_TABLE_MIN         1024 // entries (32 KiB)
 // Regions of up to HAK_LARGE_SPAN_MAX (page-aligned requests) are cut from chunks mapped
@@ -64,17 +70,21 @@
 // munmap waits for it. A span is then a region like any other (its own table entry, cached,
 // purged, unmapped, grown by mremap, which moves it out of its chunk); the chunk is never
 // freed as a whole. What a chunk cannot fit at its end is unmapped when the next is mapped.
-// Speed-first only: under the lean policy, whose cache keeps 512 KiB, freed spans would be
-// unmapped one by one anyway, and bench_churn's peak RSS under BALANCED rose 3 % with them.
+// Speed-first only: under the lean policy bench_churn's peak RSS under BALANCED rose 3 % with
+// them (measured when its cache kept 512 KiB, so freed spans were unmapped one by one).
 #define HAK_LARGE_SPAN_MAX ((size_t)256 << 10)
 #define HAK_LARGE_CHUNK    ((size_t)4 << 20)
-// Speed-first: a cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of
-// 256 regions reused best-fit keeps some waiting longer than 10 ms between uses, and
-// bench_churn then purged and faulted them back in (1,700-2,100 madvise calls and ~45,000
-// page faults a run, against ~550 and ~28,500 with 100 ms or with no purge at all).
+// A cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of 256 regions
+// reused best-fit keeps some waiting longer than 10 ms between uses, and bench_churn then
+// purged and faulted them back in (1,700-2,100 madvise calls and ~45,000 page faults a run,
+// against ~550 and ~28,500 with 100 ms or with no purge at all). The lean policy waits as long
+// since issue #30; it purged them after 10 ms and at every thread exit before, and in a program
+// whose threads come and go a round at a time (bench_thread_churn: 8 threads a round, 20-30 ms
+// a round on this VM) the next round's threads faulted in again every big block the last
+// round's had freed: ~390,000 page faults a run against ~77,000 under speed-first. Without the
+// exit purge, 10 ms still left ~240,000, 50 ms ~110,000 on a quiet VM but 160,000-240,000 when
+// other jobs slowed the run (the delay is wall-clock time), 100 ms 125,000-145,000 then.
 #define HAK_LARGE_PURGE_DELAY_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
-// The lean policy purges them after the superslabs' 10 ms, and at every thread exit.
-#define HAK_LARGE_LEAN_PURGE_DELAY_NS ((uint64_t)HAK_PURGE_DELAY_NS)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
@@ -91,8 +101,15 @@ static size_t table_capacity; // a power of two
 static size_t table_used;     // live, cached and deleted slots
 static uintptr_t cache[HAK_LARGE_CACHE_COUNT];
 static size_t cache_size[HAK_LARGE_CACHE_COUNT];  // map_size of cache[i] (scanned without lookups)
-static uint64_t cache_due[HAK_LARGE_CACHE_COUNT]; // when cache[i] is purged (0: purged or lean)
-static _Atomic uint64_t cache_next_due;           // the earliest cache_due (0: none)
+static uint64_t cache_due[HAK_LARGE_CACHE_COUNT]; // when cache[i] is purged (0: purged already)
+static _Atomic uint64_t cache_next_due;           // the earliest cache_due or tail_due (0: none)
+// Lean policy: live blocks that took a cached region whole, whose rest beyond the block (written
+// by the region's last user, unused now) is purged at tail_due[i], when it would have been had
+// the region stayed in the cache. It was purged at once before issue #30: a region reused for a
+// smaller block and then for a larger one faulted it in again.
+static uintptr_t tail_block[HAK_LARGE_CACHE_COUNT];
+static uint64_t tail_due[HAK_LARGE_CACHE_COUNT];
+static unsigned tail_count;
 // The last blocks unmapped at free: a miss in the table that names one of them is reported as
 // the double free it most likely is (the lean policy caches nothing to recognise it by).
 #define HAK_LARGE_RECENT 16
@@ -222,21 +239,32 @@ static hak_large *cache_remove(unsigned i) {
 }
 
 // Takes the smallest cached region of at least `need` bytes that fits (see below) and is
-// aligned enough; under the lock.
-static hak_large *cache_take(size_t need, size_t alignment) {
-    // A region up to twice the request is taken whole (speed-first: the rest stays mapped
-    // behind the block, so a realloc that grows it back is served in place; lean: the rest is
-    // purged), a larger one is split and its tail stays cached.
+// aligned enough; under the lock. *due_out: when it was to be purged (0: purged already).
+static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
+    // A region up to twice the request is taken whole (the rest stays mapped behind the block,
+    // so a realloc that grows it back is served in place; the lean policy purges the rest once
+    // the region's delay has passed: schedule_tail_purge), a larger one is split and its tail
+    // stays cached. (Splitting every larger region under the lean policy, so that the rest
+    // stayed cached, filled the cache with fragments: bench_thread_churn under BALANCED then
+    // found no cached region for ~400 frees and ~200 requests a run.)
+    // Among the regions it would take whole, a resident one is preferred to a purged one: its
+    // pages need no fault (the cache, up to twice the recent live peak, may well hold a smaller
+    // purged region too). A larger resident region is not cut up for a request that a purged
+    // one holds whole.
     unsigned best = HAK_LARGE_CACHE_COUNT;
     size_t best_size = 0;
+    int best_warm = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         size_t size = cache_size[i];
         if (size < need) continue;
         if (cache[i] & (alignment - 1)) continue;
-        if (best == HAK_LARGE_CACHE_COUNT || size < best_size) best = i, best_size = size;
+        int warm = cache_due[i] && size / 2 <= need;
+        if (best == HAK_LARGE_CACHE_COUNT || warm > best_warm ||
+            (warm == best_warm && size < best_size))
+            best = i, best_size = size, best_warm = warm;
     }
     if (best == HAK_LARGE_CACHE_COUNT) return NULL;
-    uint64_t due = cache_due[best];
+    uint64_t due = *due_out = cache_due[best];
     hak_large *e = cache_remove(best);
     if (best_size / 2 > need) {
         // The tail: a region of its own, as cached (and as due for purging) as it was.
@@ -252,7 +280,7 @@ static hak_large *cache_take(size_t need, size_t alignment) {
     return e;
 }
 
-// Speed-first, when no cached region fits a request of more than a span: the largest cached
+// When no cached region fits a request of more than a span: the largest cached
 // region smaller than it (at least a quarter of it), taken out of the cache with its table
 // entry, to be grown by mremap: the pages it has stay resident and move with it, only the rest
 // is faulted in (a loop over blocks of 1-32 MiB otherwise faults in every block whole). Returns
@@ -271,19 +299,23 @@ static uintptr_t cache_take_smaller(size_t need, size_t *size) {
     return block;
 }
 
-// Purges cache slot i's region (it stays mapped and cached, and reads as zero when reused).
-static void purge_slot(unsigned i) {
+static void purge_range(uintptr_t start, size_t size) {
     int saved = errno;
-    madvise((void *)cache[i], cache_size[i], MADV_DONTNEED);
+    madvise((void *)start, size, MADV_DONTNEED);
     errno = saved;
     hak_stat_add(ss_os, madvise, 1);
+}
+
+// Purges cache slot i's region (it stays mapped and cached, and reads as zero when reused).
+static void purge_slot(unsigned i) {
+    purge_range(cache[i], cache_size[i]);
     cache_due[i] = 0;
 }
 
-// Speed-first: purges the cached regions whose delay passed (madvise: they stay mapped and
-// cached, and read as zero when reused). Under the lock, so no thread takes a region while
-// its pages are being dropped; it runs only when a deadline has passed (the clock is read
-// only then), a few times a second at most in a program that keeps freeing large blocks.
+// Purges the cached regions whose delay passed (madvise: they stay mapped and cached, and read
+// as zero when reused) and the lean policy's tails that are due. Under the lock, so no thread takes
+// a region while its pages are being dropped; it runs only when a deadline has passed (the clock is
+// read only then), a few times a second at most in a program that keeps freeing large blocks.
 static void purge_due_locked(void) {
     uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
     if (!due) return;
@@ -297,7 +329,37 @@ static void purge_due_locked(void) {
             next = cache_due[i];
         }
     }
+    for (unsigned i = 0; i < tail_count;) {
+        if (tail_due[i] > now) {
+            if (!next || tail_due[i] < next) next = tail_due[i];
+            i++;
+            continue;
+        }
+        // The block may have been freed or resized since: what lies beyond its usable size now,
+        // while it is live, is purged (a freed region is cached with a deadline of its own).
+        hak_large *e = table_find(tail_block[i]);
+        if (e && !e->cached && e->map_size > e->usable)
+            purge_range(e->block + e->usable, e->map_size - e->usable);
+        tail_count--;
+        tail_block[i] = tail_block[tail_count];
+        tail_due[i] = tail_due[tail_count];
+    }
     atomic_store_explicit(&cache_next_due, next, memory_order_relaxed);
+}
+
+// Lean policy: block e took a cached region whole; what lies beyond it is purged when the region
+// would have been (due; 0: it was purged already), or at once when the list is full. Under the
+// lock.
+static void schedule_tail_purge(hak_large *e, uint64_t due) {
+    if (!due || e->map_size == e->usable) return;
+    if (tail_count == HAK_LARGE_CACHE_COUNT) {
+        purge_range(e->block + e->usable, e->map_size - e->usable);
+        return;
+    }
+    tail_block[tail_count] = e->block;
+    tail_due[tail_count++] = due;
+    uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
+    if (!next || due < next) atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
 }
 
 // The periodic check of the heaps' sweeps (os.c): takes the lock only when a deadline passed.
@@ -314,20 +376,16 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     size_t need = hak_round_to_os_pages(size ? size : 1);
     hak_lock_acquire(&large_lock);
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
-    hak_large *e = cache_count ? cache_take(need, alignment) : NULL;
+    uint64_t due = 0;
+    hak_large *e = cache_count ? cache_take(need, alignment, &due) : NULL;
     if (e) {
         e->usable = need;
         void *block = (void *)e->block;
-        size_t slack = e->map_size - need;
+        // Lean policy: the region's rest beyond the request was written by its last user; it
+        // goes back when the region would have (a 64 KiB region reused for 48 KiB must not keep
+        // 16 KiB resident for as long as the block lives).
+        if (hak_option[HAK_OPT_SS_MEM_LEAN]) schedule_tail_purge(e, due);
         hak_lock_release(&large_lock);
-        // Lean policy: the region's tail beyond the request was written by its last user;
-        // give it back, or a 64 KiB region reused for 48 KiB keeps 16 KiB resident for nothing.
-        if (slack && hak_option[HAK_OPT_SS_MEM_LEAN]) {
-            int saved = errno;
-            madvise((char *)block + need, slack, MADV_DONTNEED);
-            errno = saved;
-            hak_stat_add(ss_os, madvise, 1);
-        }
         hak_stat_add(large, cache_hit, 1);
         hak_stat_add(large, alloc, 1);
         hak_stat_add(large, live_kb, need / 1024);
@@ -411,21 +469,8 @@ static size_t cache_limit(size_t live) {
         peak_halve_ns = now + HAK_LARGE_PEAK_HALF_LIFE_NS;
     }
     if (live > live_peak) live_peak = live;
-    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES ? HAK_LARGE_CACHE_BYTES : live_peak;
+    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES / 2 ? HAK_LARGE_CACHE_BYTES : 2 * live_peak;
     return limit < HAK_LARGE_CACHE_BYTES_MAX ? limit : HAK_LARGE_CACHE_BYTES_MAX;
-}
-
-// Lean policy: every cached region goes back to the OS (called when a thread exits, so a
-// program whose threads have come and gone holds no cached large memory).
-void hak_large_trim(void) {
-    if (!hak_option[HAK_OPT_SS_MEM_LEAN]) return;
-    hak_lock_acquire(&large_lock);
-    for (unsigned i = 0; i < cache_count; i++)
-        if (cache_due[i]) {
-            purge_slot(i);
-            hak_stat_add(large, cache_trim, 1);
-        }
-    hak_lock_release(&large_lock);
 }
 
 // When a region that is due for purging at `a` joins one due at `b` (0: nothing resident):
@@ -475,9 +520,7 @@ void hak_large_free(void *p) {
         (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
     if (cache_count < HAK_LARGE_CACHE_COUNT &&
         cache_bytes + e->map_size <= cache_limit(live + e->usable)) {
-        uint64_t due =
-            hak_coarse_now_ns() + (hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_LEAN_PURGE_DELAY_NS
-                                                                   : HAK_LARGE_PURGE_DELAY_NS);
+        uint64_t due = hak_coarse_now_ns() + HAK_LARGE_PURGE_DELAY_NS;
         e = coalesce(e, &due);
         cache_add(e, due);
         purge_due_locked();

@@ -54,7 +54,6 @@
     X(free)                                                                                        \
     X(cache_hit)        /* served from the cache of freed large regions */                         \
     X(cache_put)        /* freed regions kept in that cache */                                     \
-    X(cache_trim)       /* cached regions unmapped when the lean policy empties the cache */       \
     X(mapped)           /* served by a new mapping */                                              \
     X(mremap)           /* realloc growths done by mremap (in place or moved, never copied) */     \
     X(realloc_in_place) /* reallocs that kept the block where it was */                            \
