@@ -111,7 +111,8 @@ static uintptr_t tail_block[HAK_LARGE_CACHE_COUNT];
 static uint64_t tail_due[HAK_LARGE_CACHE_COUNT];
 static unsigned tail_count;
 // The last blocks unmapped at free: a miss in the table that names one of them is reported as
-// the double free it most likely is (the lean policy caches nothing to recognise it by).
+// the double free it most likely is (a region the cache had no room for has no entry left to
+// recognise it by).
 #define HAK_LARGE_RECENT 16
 static uintptr_t recently_unmapped[HAK_LARGE_RECENT];
 static unsigned recent_next;
