@@ -300,8 +300,10 @@ static void test_large_spans_from_chunks(void) {
     printf("speed-first: %d of %d consecutive 40 KiB blocks adjacent, ascending\n", neighbours,
            COUNT - 1);
     // A new chunk every ~100 of them; a few cached regions first (a larger one is split, its
-    // pieces ascending too), each switch of region or chunk a non-neighbour.
-    CHECK(neighbours >= COUNT - 1 - 8);
+    // pieces ascending too), each switch of region or chunk a non-neighbour. (Regions of two
+    // mappings stay apart in the cache however adjacent, so the earlier tests' leave a few
+    // more pieces than they did: 190-194 neighbours.)
+    CHECK(neighbours >= COUNT - 1 - 12);
 }
 
 // Under the lean policy every size class has superslabs of its own, so a thread that adopts what
