@@ -11,15 +11,19 @@ exit 2."""
 from __future__ import annotations
 
 import os
+import random
+import shutil
 import signal
 import threading
 import time
 
 import pytest
+from conftest import REPO_ROOT
+from test_engine import _complete_lines, _hakbench, _refused_elsewhere
 
 from hakbench.core import paths
 from hakbench.engine import engine, interrupts, process
-from hakbench.engine.store import RunStore
+from hakbench.engine.store import RunStore, read_jsonl
 
 needs_build = pytest.mark.skipif(
     not paths.bench_binary("bench_random_mixed").exists() or not paths.options_binary().exists(),
@@ -64,3 +68,85 @@ def test_concurrent_slots_keep_what_finished_and_a_stop_cuts_the_running_ones(tm
     stored = RunStore(tmp_path).samples()
     assert sorted(s["cell"] for s in stored) == ["q0", "q3", "s1", "s2"]
     assert [s["seq"] for s in stored] == [0, 1, 2, 3]
+
+
+# ---- gate ----
+
+GATE = ["gate", "-p", "C7_SAFE", "-w", "mixed", "-w", "tiny_hot", "-w", "c7_only"]
+GATE += ["-w", "tiny_only"]
+GATE_SLOTS = 4 * 3 + 4  # 3 native runs and one count per cell
+
+
+def _gate_results(tmp_path):
+    results = tmp_path / "results"
+    (results / "scorecard").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "results" / "scorecard" / "gate.json", results / "scorecard")
+    return results
+
+
+def _counting(runs) -> bool:
+    """A gate run has stored an exact count."""
+    files = runs.glob("*/samples.jsonl")
+    return any('"phase": "instructions"' in _complete_lines(f) for f in files)
+
+
+@needs_build
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_gate_stopped_among_its_counts_keeps_them_and_resume_passes(sig, scratch, tmp_path):
+    results = _gate_results(tmp_path)
+    baseline = (results / "scorecard" / "gate.json").read_text()
+    proc = _hakbench([*GATE, "--results", str(results)], scratch, text=True)
+    deadline = time.monotonic() + 90
+    while not _counting(results / "runs"):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    time.sleep(random.uniform(0, 0.2))
+    [run] = (results / "runs").glob("*-gate")
+    before = _complete_lines(run / "samples.jsonl")
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the gate finished before the signal")  # too quick a machine
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), stderr
+    assert (run / "samples.jsonl").read_text().startswith(before)  # nothing stored is lost
+    kept = len(read_jsonl(run / "samples.jsonl"))
+    if sig == signal.SIGTERM:
+        assert "Traceback" not in stderr and "baseline was left as it was" in stderr
+        assert f"continue with: hakbench gate --resume {run}" in stderr
+        for c in read_jsonl(run / "cells.jsonl"):  # what finished is judged and printed
+            assert f"| C7_SAFE | {c['workload']} |" in stdout
+    assert (results / "scorecard" / "gate.json").read_text() == baseline
+
+    resumed = _hakbench(["gate", "--resume", str(run)], scratch, text=True)
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stdout + stderr
+    assert "gate passed: 4 cells" in stdout and f"resumed: {kept} runs and counts kept" in stdout
+    assert (run / "samples.jsonl").read_text().startswith(before)
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == GATE_SLOTS == len({engine.key(s) for s in samples})
+    assert [s["seq"] for s in samples] == list(range(GATE_SLOTS))
+    assert len(read_jsonl(run / "cells.jsonl")) == 4
+    assert (results / "scorecard" / "gate.json").read_text() == baseline
+
+
+@needs_build
+def test_a_gate_resume_elsewhere_or_with_other_cells_is_one_line_exit_2(
+    scratch, tmp_path, monkeypatch
+):
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+    from hakbench.experiments import gate as g
+
+    monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
+    results = _gate_results(tmp_path)
+    spec = g.load_gate()
+    cells = g.gate_cells(spec)
+    out = results / "runs" / "stopped-gate"
+    meta = g.gate_meta(spec, refresh=False, baseline=g.baseline_path(results), build=None)
+    engine.open_run(out, meta, resume=False, ident=engine.identity(cells, out))
+    _refused_elsewhere(["gate", "--resume", str(out)], monkeypatch)
+    r = CliRunner().invoke(main, ["gate", "--resume", str(out), "-w", "mixed"])
+    assert r.exit_code == 2 and "drop --workload" in r.output
+    assert not (out / "samples.jsonl").exists()
