@@ -10,6 +10,7 @@ exit 2."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -150,3 +151,34 @@ def test_a_gate_resume_elsewhere_or_with_other_cells_is_one_line_exit_2(
     r = CliRunner().invoke(main, ["gate", "--resume", str(out), "-w", "mixed"])
     assert r.exit_code == 2 and "drop --workload" in r.output
     assert not (out / "samples.jsonl").exists()
+
+
+# ---- hotspots ----
+
+
+@needs_build
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf not installed")
+def test_a_stopped_hotspots_records_again_on_resume_and_a_finished_one_does_not(scratch, tmp_path):
+    out = tmp_path / "hot"
+    proc = _hakbench(["hotspots", "-a", "system", "--scale", "20", "--out", str(out)], scratch)
+    deadline = time.monotonic() + 60
+    while not (out / "perf.data").exists():  # perf is recording
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    stderr = stderr.decode()
+    if proc.returncode == 0:
+        pytest.skip("perf finished before the signal")
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert f"continue with: hakbench hotspots --resume {out}" in stderr
+    assert not (out / "samples.jsonl").exists()  # a cut recording is not a sample
+
+    for _ in range(2):  # the cut recording is made again; then it is reused
+        resumed = _hakbench(["hotspots", "--resume", str(out)], scratch, text=True)
+        stdout, stderr = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, stderr
+        [sample] = read_jsonl(out / "samples.jsonl")
+        assert sample["status"] == "ok" and sample["perf_data"] == str(out / "perf.data")
+        assert "## By group" in (out / "hotspots.md").read_text()
+    assert len(json.loads((out / "meta.json").read_text())["resumed"]) == 2
