@@ -182,3 +182,55 @@ def test_a_stopped_hotspots_records_again_on_resume_and_a_finished_one_does_not(
         assert sample["status"] == "ok" and sample["perf_data"] == str(out / "perf.data")
         assert "## By group" in (out / "hotspots.md").read_text()
     assert len(json.loads((out / "meta.json").read_text())["resumed"]) == 2
+
+
+# ---- misuse ----
+
+MISUSE = ["misuse", "-a", "system", "-p", "double-free-tiny", "-p", "free-p+1-mid", "-n", "15"]
+
+
+@needs_build
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_stopped_misuse_run_keeps_its_probes_and_resume_completes(sig, scratch, tmp_path):
+    out = tmp_path / "misuse"
+    proc = _hakbench([*MISUSE, "--out", str(out)], scratch, text=True)
+    deadline = time.monotonic() + 60
+    while _complete_lines(out / "probes.jsonl").count("\n") < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    before = _complete_lines(out / "probes.jsonl")
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal")
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), stderr
+    assert (out / "probes.jsonl").read_text().startswith(before)
+    if sig == signal.SIGTERM:  # the report of what finished
+        meta = json.loads((out / "meta.json").read_text())
+        assert meta["interrupted"] and meta["probes_run"] == len(read_jsonl(out / "probes.jsonl"))
+        assert f"continue with: hakbench misuse --resume {out}" in stderr
+
+    resumed = _hakbench(["misuse", "--resume", str(out)], scratch, text=True)
+    stdout, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr
+    assert (out / "probes.jsonl").read_text().startswith(before)
+    records = read_jsonl(out / "probes.jsonl")
+    assert len(records) == 30 == len({engine.key(r) for r in records})
+    meta = json.loads((out / "meta.json").read_text())
+    assert not meta["interrupted"] and meta["probes_run"] == 30 and meta["resumed"]
+    assert "| double-free-tiny | ✔ |" in stdout
+
+
+@needs_build
+def test_a_misuse_resume_elsewhere_is_one_line_exit_2(scratch, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+
+    monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
+    out = tmp_path / "misuse"
+    argv = ["misuse", "-a", "system", "-p", "double-free-tiny", "-n", "1", "--out", str(out)]
+    assert CliRunner().invoke(main, argv).exit_code == 0
+    _refused_elsewhere(["misuse", "--resume", str(out)], monkeypatch)
+    r = CliRunner().invoke(main, ["misuse", "--resume", str(out), "-n", "2"])
+    assert r.exit_code == 2 and "drop --runs" in r.output
