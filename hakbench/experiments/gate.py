@@ -318,8 +318,8 @@ def gate_meta(spec: GateSpec, *, refresh: bool, baseline: Path, build: Path | No
         kind="gate",
         refresh=refresh,
         gate_spec=dataclasses.asdict(spec),
-        baseline=str(baseline),
-        build=str(build) if build else None,
+        baseline=str(Path(baseline).resolve()),  # a --resume from another directory
+        build=str(Path(build).resolve()) if build else None,
     )
 
 
