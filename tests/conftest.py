@@ -12,6 +12,17 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+@pytest.fixture
+def scratch(tmp_path):
+    """A lab root whose results/ is private (a finished calibration becomes the machine's;
+    a gate's runs go to results/runs): profiles, build and the Makefile are the real ones."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("profiles", "build", "Makefile"):
+        (root / name).symlink_to(REPO_ROOT / name)
+    return root
+
+
 @pytest.fixture(scope="session")
 def build_dir(repo_root: Path) -> Path:
     return repo_root / "build"

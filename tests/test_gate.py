@@ -84,6 +84,41 @@ def test_scaled_workload_scales_only_the_iteration_count():
     ]
 
 
+def _stored(cell, phase, round_, ok=True, value=None):
+    """A stored sample of a gate run: a native run (minflt) or an exact count (Ir/op)."""
+    s = {"cell": cell.key, "phase": phase, "round": round_, "status": "ok" if ok else "failed"}
+    s["error"] = None if ok else "exit 1"
+    if phase == g.FAULTS:
+        s["metrics"] = {"minflt": value} if ok else {}
+    else:
+        r = {"status": s["status"], "ir_per_op": value if ok else None, "tool": "callgrind"}
+        s["instructions"] = {**r, "error": s["error"], "ir_total": None, "ops": None}
+    return s
+
+
+def test_rows_of_stored_samples_judge_only_finished_cells_and_any_failure_fails_one():
+    """What an interrupted gate judges and a resumed one completes: a cell's row needs all
+    its native runs (or the first failed one) and all its counts; the lowest count wins."""
+    mixed, xthread = g.gate_cells(SPEC)
+    runs = {"mixed": 1, "xthread": 2}.get
+    faults = [_stored(c, g.FAULTS, i, value=100 + i) for c in (mixed, xthread) for i in range(3)]
+    counts = [_stored(mixed, g.COUNTS, 0, value=80.0), _stored(xthread, g.COUNTS, 1, value=97.0)]
+    [row] = g.rows_of([mixed, xthread], faults + counts, runs)  # xthread: one count of 2
+    assert row["workload"] == "mixed" and row["ir_per_op"] == 80.0 and row["minflt"] == 101
+    both = g.rows_of(
+        [mixed, xthread], [*faults, *counts, _stored(xthread, g.COUNTS, 0, value=96.5)], runs
+    )
+    assert [(r["status"], r["ir_per_op"]) for r in both] == [("ok", 80.0), ("ok", 96.5)]
+    assert both[1]["ir_runs"] == [96.5, 97.0]
+    cut = faults[:1] + [_stored(mixed, g.FAULTS, 1, ok=False)] + faults[3:]
+    failed = g.rows_of(
+        [mixed, xthread], cut + counts + [_stored(xthread, g.COUNTS, 0, ok=False)], runs
+    )
+    assert [r["status"] for r in failed] == ["failed", "failed"]
+    assert failed[0]["error"] == "native run: exit 1" and failed[0]["minflt_runs"] == [100]
+    assert g.rows_of([mixed], faults[:2] + counts[:1], runs) == []  # a run missing: not done
+
+
 def test_compare_rose_dropped_within_tolerance_and_per_workload_tolerance():
     base = [row("mixed", 100.0), row("xthread", 100.0)]
     judged = {

@@ -106,27 +106,6 @@ def test_a_command_without_its_own_handler_exits_130_in_one_line(monkeypatch):
     assert r.output.strip() == "hakbench: interrupted" and "Aborted" not in r.output
 
 
-@needs_harness
-@pytest.mark.skipif(not paths.options_binary().exists(), reason="hakmem not built")
-def test_hotspots_exits_130(tmp_path):
-    import shutil
-
-    if shutil.which("perf") is None:
-        pytest.skip("perf not installed")
-    out = tmp_path / "hot"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hakbench", "hotspots", "-a", "system", "--scale", "2000",
-         "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    time.sleep(3)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
-    assert "interrupted" in stderr
-
-
 # ---- corrupt input: one line, exit 2 ----
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_alone, resume_option
 from hakbench.core import paths
 from hakbench.core.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.engine import engine, interrupts
-from hakbench.engine.meta import collect_meta, git_state
+from hakbench.engine.meta import git_state
 from hakbench.engine.progress import Progress
-from hakbench.engine.store import append_jsonl, default_run_dir, write_json
+from hakbench.engine.store import default_run_dir, write_json, write_jsonl
 from hakbench.experiments import gate as g
 from hakbench.experiments import gate_verdict as gv
 
@@ -37,7 +38,11 @@ from hakbench.experiments import gate_verdict as gv
 @click.option("--workload", "-w", "workloads", multiple=True, help="only these workloads")
 @click.option("--profile", "-p", "profiles", multiple=True, help="only these profiles")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(1, 64))
-def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
+@resume_option(
+    "gate run in DIR (results/runs/...-gate): its finished runs and counts are kept, the "
+    "others measured"
+)
+def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, resume):
     """Exact instructions per op and minor page faults (median of 3 native runs) of
     libhakmem (fast build) under each shipping profile on every seed workload, against the
     baseline committed in results/scorecard/gate.json.
@@ -45,47 +50,40 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
     Exit 1 when a cell's count rose above its tolerance (a regression) or dropped below it
     (an improvement: refresh the baseline so the committed figures stay true). Tolerances
     and the iteration scale are in the [gate] table of profiles/matrices/scorecard.toml.
+    Every run and count is stored as it finishes; a stopped or killed gate continues with
+    --resume DIR (130/143/129 on SIGINT/SIGTERM/SIGHUP).
     """
-    spec = g.load_gate(matrix_file)
-    for flag, chosen, known in (
-        ("--workload", workloads, spec.workloads),
-        ("--profile", profiles, spec.profiles),
-    ):
-        wrong = [c for c in chosen if c.lower() not in known and c.upper() not in known]
-        if wrong:
-            raise UsageError(f"{flag} {wrong[0]!r} is not gated; gated: {', '.join(known)}")
-    if refresh and (workloads or profiles) and results is None:
-        raise UsageError(
-            "--refresh of the committed baseline measures every gated cell; drop "
-            "--workload/--profile (or write a partial baseline elsewhere with --results)"
-        )
-    if workloads or profiles:
-        spec = dataclasses.replace(
-            spec,
-            profiles=tuple(
-                p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}
-            ),
-            workloads=tuple(
-                w for w in spec.workloads if not workloads or w in {x.lower() for x in workloads}
-            ),
-        )
-    path = g.baseline_path(results)
+    resume_alone(resume, allowed=("jobs",))
+    if resume is not None:
+        meta = engine.stored_meta(resume, "gate")
+        spec = g.resumed_spec(meta, resume)
+        refresh, path, out = bool(meta.get("refresh")), Path(meta["baseline"]), resume
+        build = Path(meta["build"]) if meta.get("build") else None
+    else:
+        spec = _chosen_spec(g.load_gate(matrix_file), workloads, profiles, refresh, results)
+        path = g.baseline_path(results)
+        out = (results or paths.results_dir()) / "runs" / default_run_dir("gate").name
     baseline = None if refresh else g.read_baseline(path)  # no baseline: exit 2 before work
     cells = g.gate_cells(spec, build=build)
-    out = (results or paths.results_dir()) / "runs" / default_run_dir("gate").name
-    store, _, _ = engine.open_run(
-        out, collect_meta(kind="gate", refresh=refresh), resume=False, ident=engine.identity(cells)
+    store, _, stored = engine.open_run(
+        out,
+        g.gate_meta(spec, refresh=refresh, baseline=path, build=build),
+        resume=resume is not None,
+        ident=engine.identity(cells, out),
     )
-    progress = Progress(len(cells) * (g.FAULT_RUNS + 1), "gate")
-    done = []
+    runs = len(cells) * g.FAULT_RUNS + sum(spec.ir_runs(c.workload.name) for c in cells)
+    progress = Progress(runs, "gate")
 
-    def on_result(row):
-        done.append(row)
-        append_jsonl(out / "cells.jsonl", row)
-        note = f"{row['profile']} {row['workload']}: "
-        if row["status"] == "ok":
-            note += f"{row['ir_per_op']:.2f} Ir/op, {row['minflt']} faults"
-        progress.step(row["status"] == "ok", note + ("" if row["status"] == "ok" else "failed"))
+    def step(sample: dict) -> None:
+        ok = sample["status"] == "ok"
+        note = f"{sample['profile']} {sample['workload']}: "
+        if not ok:
+            note += f"failed: {sample.get('error') or sample['status']}"
+        elif sample["phase"] == g.COUNTS:
+            note += f"{sample['metrics']['ir_per_op']:.2f} Ir/op"
+        else:
+            note += f"{sample['metrics']['minflt']} faults"
+        progress.step(ok, note)
 
     started = time.monotonic()
     click.echo(
@@ -93,19 +91,24 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         f"time), then exact counts ({jobs} at a time; the lowest of several where threads "
         f"interleave); runs stored in {out}"
     )
-    session = engine.Session(store, on_sample=engine.progress_step(progress))
+    session = engine.Session(store, stored=stored, on_sample=step)
     try:
-        rows = g.measure(
-            cells, jobs=jobs, on_result=on_result, ir_runs=spec.ir_runs, session=session
-        )
+        rows = g.measure(cells, session, jobs=jobs, ir_runs=spec.ir_runs)
     except KeyboardInterrupt:
         progress.close()
-        if baseline is not None and done:  # what finished, judged
-            click.echo(gv.table(gv.compare(spec, baseline["cells"], done)))
+        with interrupts.finishing():  # what finished, judged; a stop cuts nothing here
+            done = g.rows_of(cells, session.finished, spec.ir_runs)
+            write_jsonl(out / "cells.jsonl", done)
+            if baseline is not None and done:
+                click.echo(gv.table(gv.compare(spec, baseline["cells"], done)))
         interrupts.exit_stopped(
-            f"{len(done)} of {len(cells)} cells measured, their runs in {out}; "
-            "the baseline was left as it was"
+            f"{len(done)} of {len(cells)} cells measured, their runs and counts in {out}; "
+            "the baseline was left as it was",
+            f"hakbench gate --resume {out}",
         )
+    write_jsonl(out / "cells.jsonl", rows)
+    if session.reused:
+        click.echo(f"resumed: {session.reused} runs and counts kept, {session.ran} run now")
     progress.close()
     seconds = time.monotonic() - started
     if refresh:
@@ -161,6 +164,33 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs):
         click.echo(f"gate FAILED ({seconds:.0f} s): " + "; ".join(parts), err=True)
         sys.exit(EXIT_GATE)
     click.echo(f"gate passed: {len(judged)} cells within tolerance ({seconds:.0f} s)")
+
+
+def _chosen_spec(spec, workloads, profiles, refresh, results) -> g.GateSpec:
+    """The [gate] spec narrowed to ``--workload``/``--profile`` (names checked: exit 2)."""
+    for flag, chosen, known in (
+        ("--workload", workloads, spec.workloads),
+        ("--profile", profiles, spec.profiles),
+    ):
+        wrong = [c for c in chosen if c.lower() not in known and c.upper() not in known]
+        if wrong:
+            raise UsageError(f"{flag} {wrong[0]!r} is not gated; gated: {', '.join(known)}")
+    if refresh and (workloads or profiles) and results is None:
+        raise UsageError(
+            "--refresh of the committed baseline measures every gated cell; drop "
+            "--workload/--profile (or write a partial baseline elsewhere with --results)"
+        )
+    if not (workloads or profiles):
+        return spec
+    return dataclasses.replace(
+        spec,
+        profiles=tuple(
+            p for p in spec.profiles if not profiles or p in {x.upper() for x in profiles}
+        ),
+        workloads=tuple(
+            w for w in spec.workloads if not workloads or w in {x.lower() for x in workloads}
+        ),
+    )
 
 
 COMMANDS = [gate_cmd]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_alone, resume_option
 from hakbench.core.errors import MeasurementError
 from hakbench.engine import interrupts
 from hakbench.engine.meta import collect_meta, command_line
@@ -54,7 +55,8 @@ from hakbench.tables.misuse_model import counts
     type=click.FloatRange(1, 600),
     help="seconds per probe process (the probe ends itself after 2 s of CPU, 10 s of time)",
 )
-def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout):
+@resume_option("misuse run in DIR with its own options: its probes are kept, the others run")
+def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout, resume):
     """Run the heap-misuse probes: each pattern is one process of build/bench/misuse_probe
     that performs one misuse and then ordinary malloc/free activity; the table says, per
     allocator and pattern, whether the allocator caught it (stopped the process), the
@@ -63,7 +65,13 @@ def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout):
     Writes probes.jsonl (raw), misuse.csv (tidy), misuse.md (matrix, counts, every probe)
     and meta.json into the run directory; prints the counts and the matrix. A pattern not
     caught is a result, not a failure: the exit status is 0 unless nothing could run (3).
+    Every probe is stored as its process ends; a stopped or killed run continues with
+    --resume DIR (130/143/129 on SIGINT/SIGTERM/SIGHUP).
     """
+    resume_alone(resume)
+    if resume is not None:
+        _report(misuse.run_misuse(**misuse.resumed(resume), out=resume, resume=True))
+        return
     known = misuse.list_patterns()
     chosen = misuse.select_patterns(known, patterns)
     if list_only:
@@ -78,11 +86,15 @@ def misuse_cmd(allocators, variants, patterns, runs, list_only, out, timeout):
     if not targets:
         raise MeasurementError("no allocator to run: every one asked for is unavailable")
     out = out or default_run_dir("misuse")
-    run = misuse.run_misuse(
-        targets, chosen, out, runs=runs, skipped=skipped, meta=collect_meta(command_line())
-    )
+    meta = collect_meta(command_line())
+    _report(misuse.run_misuse(targets, chosen, out, runs=runs, skipped=skipped, meta=meta))
+
+
+def _report(run: misuse.MisuseRun) -> None:
+    """Print a run's counts and matrix (or, stopped, how to continue it)."""
+    out = run.out
     if run.interrupted:
-        interrupts.exit_stopped(f"{out} holds what finished")
+        interrupts.exit_stopped(f"{out} holds what finished", f"hakbench misuse --resume {out}")
     for line in [*counts_lines(run.rows), "", *missed_lines(run.rows)]:
         click.echo(line)
     click.echo("")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_option
 from hakbench.core.errors import EXIT_GATE, MeasurementError, UsageError
 from hakbench.engine import engine, interrupts
 from hakbench.engine.meta import command_line
@@ -118,13 +119,7 @@ def _pct_option(value: float, name: str) -> float:
     help="Max mmap+munmap+madvise+brk+mremap per 1000 ops.",
 )
 @click.option("--report-only", is_flag=True, help="Exit 0 even when a verdict is FAIL.")
-@click.option(
-    "--resume",
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
-    help="continue a stopped or killed soak in DIR with its own plan: finished processes "
-    "are kept, a cut one runs again",
-)
+@resume_option("soak in DIR with its own plan: finished processes are kept, a cut one runs again")
 def soak_command(
     profiles,
     allocators,

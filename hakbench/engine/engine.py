@@ -12,6 +12,12 @@ stop rule; for each slot it calls ``Session.take(tags, run)``, which
   (it did not finish), then the stop is raised;
 - steps the progress display (``on_sample``).
 
+``Session.take_concurrent(slots, jobs)`` is the same step for samples whose value does not
+depend on what else runs (an exact instruction count: callgrind simulates one process, so
+sharing the CPUs changes only its wall time): up to ``jobs`` run at once in worker threads,
+each stored by the calling thread the moment it finishes, under the same rules (a stored
+slot reused, a cut sample never stored, a stop raised once what finished is stored).
+
 ``open_run`` opens the run directory: a fresh one (refusing one that already holds
 samples), or for ``--resume``/``--continue`` the stored one, after checking that the tree
 (git HEAD and a digest of the uncommitted changes), the build (sha256 of the libraries and
@@ -29,7 +35,9 @@ import json
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from hakbench.core.errors import UsageError
@@ -101,12 +109,61 @@ class Session:
             sample.update(tags)
             if not nested and interrupts.stops() != cut_before:
                 return sample  # its process was stopped by the signal: not a finished sample
-            self.store.append(sample)
-            self.finished.append(sample)
-            self.ran += 1
-            if self.on_sample:
-                self.on_sample(sample)
+            self._store(sample)
         return sample
+
+    def _store(self, sample: dict) -> None:
+        self.store.append(sample)
+        self.finished.append(sample)
+        self.ran += 1
+        if self.on_sample:
+            self.on_sample(sample)
+
+    def take_concurrent(
+        self, slots: Sequence[tuple[dict, Callable[[], dict]]], jobs: int
+    ) -> list[dict]:
+        """The samples of ``slots`` ((tags, run) pairs), in their order, with up to ``jobs``
+        runs at once: only for samples whose value does not depend on what else runs (see
+        the module doc). A stored slot is reused; each other runs in a worker thread and is
+        tagged and stored by this thread the moment it finishes (inside a deferred section,
+        as ``take`` stores). A stop signal stops the running ones through their processes'
+        stoppers (``interrupts.stopping``, counted per thread: a cut sample is not stored),
+        starts no other, stores every one that finished, then raises ``Interrupted``."""
+        out: dict[int, dict] = {}
+        todo = []
+        for i, (tags, run) in enumerate(slots):
+            if key(tags) in self._stored:
+                out[i] = self.take(tags, run)
+            else:
+                todo.append(i)
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="hakbench-take")
+        stopped = threading.Event()  # set once the stop (or an error) reached this thread
+        seen = interrupts.received()  # a signal other than this one stops the slots
+        futures = {pool.submit(_run_uncut, slots[i][1], stopped, seen): i for i in todo}
+        handled = set()
+
+        def store(f) -> None:
+            handled.add(f)
+            sample = f.result()
+            if sample is not None:  # None: cut by the stop, or never started
+                i = futures[f]
+                sample.update(slots[i][0])
+                self._store(sample)
+                out[i] = sample
+
+        try:
+            for f in as_completed(futures):
+                with interrupts.deferred():
+                    store(f)
+        except BaseException:  # a stop (or an error): what finished is stored all the same
+            stopped.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            for f in futures:
+                if f not in handled and f.done() and not f.cancelled() and not f.exception():
+                    store(f)
+            raise
+        pool.shutdown()
+        return [out[i] for i in range(len(slots))]
 
     def part(self, name: str, row: dict) -> dict:
         """A part of the sample being run (a soak's epoch), stored in ``name``.jsonl the moment
@@ -115,6 +172,16 @@ class Session:
         if self.on_part:
             self.on_part(row)
         return row
+
+
+def _run_uncut(run: Callable[[], dict], stopped: threading.Event, seen) -> dict | None:
+    """``run()`` in a worker thread of ``take_concurrent``: None when the stop came before
+    it started (nothing starts after a stop) or stopped its process (a cut sample)."""
+    if stopped.is_set() or interrupts.received() != seen:
+        return None
+    before = interrupts.stops()
+    sample = run()
+    return None if interrupts.stops() != before else sample
 
 
 def take_slots(session: Session, slots, cell_of, run, **tags) -> list[dict]:

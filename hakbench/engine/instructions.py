@@ -10,7 +10,9 @@ ratio of exactly 1. Two tools, best first:
 
 The count of a run includes process start-up (ld.so, libc, allocator init), so the same cell
 is run a second time with zero iterations and that count is subtracted before dividing by the
-harness's ``ops``. The harness's result printer (``hb_print_result``) is left out of the
+harness's ``ops``. Each counting process runs in its own session under the one signal policy
+(``process.run_captured``): a stop signal ends it and the count is a cut sample, never
+stored. The harness's result printer (``hb_print_result``) is left out of the
 callgrind count: it formats timings whose digits, and so instructions, vary run to run.
 
 Exact means exact for a single-threaded workload under a deterministic allocator (glibc,
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from hakbench.collect.harness import parse_harness_output
 from hakbench.collect.perfstat import parse_perf_csv, probe_perf
+from hakbench.engine.process import run_captured
 
 BLIND_SPOTS = (
     "Instruction counts are not time: cache misses, branch mispredicts and lock waits cost "
@@ -88,21 +91,21 @@ def _count_callgrind(argv, env, timeout, workdir: Path) -> tuple[int | None, str
         f"--callgrind-out-file={out_file}",
         *argv,
     ]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    rc, stdout, stderr = run_captured(cmd, env, timeout)
     ir = parse_callgrind_total(out_file.read_text()) if out_file.exists() else None
-    return ir, r.stdout, r.stderr, r.returncode
+    return ir, stdout, stderr, rc
 
 
 def _count_perf(argv, env, timeout, workdir: Path) -> tuple[int | None, str, str, int]:
     out_file = workdir / "perf.csv"
     cmd = ["perf", "stat", "-x,", "-o", str(out_file), "-e", "instructions:u", "--", *argv]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    rc, stdout, stderr = run_captured(cmd, env, timeout)
     value = None
     if out_file.exists():
         counter = parse_perf_csv(out_file.read_text()).counters.get("instructions")
         if counter is not None and counter.value is not None:
             value = int(counter.value)
-    return value, r.stdout, r.stderr, r.returncode
+    return value, stdout, stderr, rc
 
 
 _COUNTERS = {CALLGRIND: _count_callgrind, PERF_INSTRUCTIONS: _count_perf}

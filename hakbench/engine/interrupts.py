@@ -54,8 +54,8 @@ class _State:
     received: int | None = None  # the first stop signal of this command
     depth = 0  # nested deferred sections
     pending = False  # a signal arrived inside a deferred section
-    stops = 0  # how many times a running process was stopped by a signal
-    stoppers: list = []  # callbacks that stop the running process gently
+    stops: dict = {}  # thread id -> how many of its running processes a signal stopped
+    stoppers: list = []  # (thread id, callback that stops its running process gently)
     uncut = False  # the first signal came while no process ran (one is about to start)
     finishing = 0  # nested finishing sections (nothing is cut there)
 
@@ -67,8 +67,8 @@ def _handle(signum, frame) -> None:
     first = _state.received is None
     if first:
         _state.received = signum
-    for stop in list(_state.stoppers):
-        _state.stops += 1
+    for thread, stop in list(_state.stoppers):
+        _count_stop(thread)
         stop()
     if first and _state.depth and not _state.stoppers and not _state.finishing:
         _state.uncut = True  # a process being started now is stopped as it registers
@@ -104,8 +104,12 @@ def exit_outside_commands() -> None:
         signal.signal(s, lambda signum, frame: os._exit(128 + signum))
 
 
+def _count_stop(thread: int) -> None:
+    _state.stops[thread] = _state.stops.get(thread, 0) + 1
+
+
 def reset() -> None:
-    _state.received, _state.depth, _state.pending, _state.stops = None, 0, False, 0
+    _state.received, _state.depth, _state.pending, _state.stops = None, 0, False, {}
     _state.uncut, _state.finishing = False, 0
     _state.stoppers = []
 
@@ -146,16 +150,19 @@ def stopping(stop: Callable[[], None]) -> Iterator[None]:
     """While the body runs a process, a stop signal calls ``stop`` (from the handler: it
     must not block) to end that process gently. A signal that came while no process ran
     yet (between a sample's start and its process's launch) stops it as it registers: the
-    sample is cut, as if the signal had come a moment later."""
-    _state.stoppers.append(stop)
+    sample is cut, as if the signal had come a moment later. Any thread may register one
+    (``hakbench.engine.engine.Session.take_concurrent`` runs samples in worker threads);
+    the stop is counted for that thread (``stops``)."""
+    entry = (threading.get_ident(), stop)
+    _state.stoppers.append(entry)
     if _state.uncut:
         _state.uncut = False
-        _state.stops += 1
+        _count_stop(entry[0])
         stop()
     try:
         yield
     finally:
-        _state.stoppers.remove(stop)
+        _state.stoppers.remove(entry)
 
 
 def received() -> int | None:
@@ -164,8 +171,10 @@ def received() -> int | None:
 
 
 def stops() -> int:
-    """How many running processes a stop signal has ended so far (a counter)."""
-    return _state.stops
+    """How many processes the calling thread waited for that a stop signal has ended so far
+    (a counter: a sample whose run saw it move was cut). Per thread, so a sample run beside
+    others (``Session.take_concurrent``) counts only the stops of its own process."""
+    return _state.stops.get(threading.get_ident(), 0)
 
 
 def signal_name(signum: int | None = None) -> str:

@@ -23,6 +23,7 @@ import datetime as _dt
 import os
 import signal as _signal
 import subprocess
+import tempfile
 import threading
 
 from hakbench.core.errors import UsageError
@@ -204,6 +205,24 @@ def wait_group(proc: subprocess.Popen, timeout: float) -> tuple[int, object, boo
         timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
     return status, ru, timed_out.is_set()
+
+
+def run_captured(argv: list, env: dict, timeout: float) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``argv`` run in its own session (a Ctrl-C at the
+    terminal reaches hakbench only) under the one signal policy: a stop signal kills its
+    process group (``wait_group``: the caller's sample is then cut), as does ``timeout``
+    (``subprocess.TimeoutExpired``). For tools run like a sample's process (callgrind,
+    ``perf record``)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = spawn(argv, env, stdout=out, stderr=err)
+        status, _, timed_out = wait_group(proc, timeout)
+        if timed_out:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read().decode(errors="replace"))
+    return os.waitstatus_to_exitcode(status), texts[0], texts[1]
 
 
 def new_sample(cell, phase: str) -> dict:

@@ -148,9 +148,10 @@ DIRECT_UNAVAILABLE = (
 )
 
 
-def instruction_sample(cell, phase: str = "instructions") -> dict:
+def instruction_sample(cell, phase: str = "instructions", runs: int | None = None) -> dict:
     """The exact instruction count of ``cell`` (hakbench.engine.instructions) as a sample: the
-    lowest of several counts where threads interleave, else one (``default_runs``)."""
+    lowest of ``runs`` counts, by default several where threads interleave, else one
+    (``default_runs``; the gate takes each count as a sample of its own, ``runs=1``)."""
     from hakbench.engine.instructions import (  # valgrind only when asked
         default_runs,
         measure_lowest,
@@ -158,7 +159,7 @@ def instruction_sample(cell, phase: str = "instructions") -> dict:
 
     sample = new_sample(cell, phase)
     sample["argv"] = cell.command()[0]
-    r = measure_lowest(cell, default_runs(cell.workload))
+    r = measure_lowest(cell, runs or default_runs(cell.workload))
     ok = r.get("status") == "ok" and bool(r.get("ir_per_op"))
     sample.update(status="ok" if ok else "failed", error=r.get("error"), tool=r.get("tool"))
     sample["instructions"] = r

@@ -37,17 +37,22 @@ The counts depend on the toolchain as well as on the code: the compiler builds t
 glibc runs the harness and valgrind's version decides what it counts. The baseline records
 all three; when the machine's differ, the table says so on its first line, so a rise caused
 by a new compiler is not mistaken for a code regression (and the fix is a refresh).
+
+Every native run and every count is a sample of the engine (``measure``), stored in the run
+directory the moment it finishes; the counts run ``jobs`` at a time
+(``Session.take_concurrent``). A stopped or killed gate keeps them, and ``gate --resume
+DIR`` measures the rest against the baseline the run started with (``gate_meta``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import platform
 import subprocess
 import tomllib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,88 +192,145 @@ def gate_cells(spec: GateSpec, *, build: Path | None = None) -> list:
     ]
 
 
-def measure_faults(cell, runs: int = FAULT_RUNS, session=None) -> dict:
-    """Minor page faults of ``runs`` native runs of ``cell`` (no perf: the harness is
-    hakbench's own child and wait4 gives its rusage), and their median.
-    ``{"status", "minflt", "minflt_runs", "error"}``; never raises for a failed run.
-    ``session`` (``hakbench.engine.engine.Session``): each run stored the moment it finishes."""
-    from hakbench.engine.runner import run_sample
+FAULTS, COUNTS = "gate", "instructions"  # the phases of a gate run's samples
 
+
+def faults_of(samples: Sequence[dict], runs: int = FAULT_RUNS) -> dict | None:
+    """One cell's page faults from its native runs' samples (in round order): the median of
+    ``runs``; failed at the first failed run (no more are taken); None while incomplete.
+    ``{"status", "minflt", "minflt_runs", "error"}``."""
     counts = []
-    for i in range(runs):
-        tags = {"cell": cell.key, "workload": cell.workload.name, "phase": "gate", "round": i}
-        s = (session.take if session else lambda _tags, run: run())(
-            tags, lambda: run_sample(cell, phase="gate", perf=False)
-        )
+    for s in samples:
         flt = s.get("metrics", {}).get("minflt")
         if s["status"] != "ok" or not isinstance(flt, int):
             error = s.get("error") or s["status"]
             return {"status": "failed", "minflt": None, "minflt_runs": counts, "error": error}
         counts.append(flt)
+    if len(counts) < runs:
+        return None
     return {"status": "ok", "minflt": sorted(counts)[len(counts) // 2], "minflt_runs": counts}
+
+
+def measure_faults(cell, session, runs: int = FAULT_RUNS) -> dict:
+    """Minor page faults of ``runs`` native runs of ``cell`` (no perf: the harness is
+    hakbench's own child and wait4 gives its rusage), each a sample of ``session``
+    (``hakbench.engine.engine.Session``: stored the moment it finishes); ``faults_of``."""
+    from hakbench.engine.runner import run_sample
+
+    taken = []
+    for i in range(runs):
+        tags = {"cell": cell.key, "workload": cell.workload.name, "phase": FAULTS, "round": i}
+        taken.append(session.take(tags, lambda: run_sample(cell, phase=FAULTS, perf=False)))
+        faults = faults_of(taken, runs)
+        if faults is not None:
+            return faults
+    return faults_of(taken, runs)
+
+
+def count_slots(cells: Sequence, ir_runs: Callable[[str], int]) -> list[tuple[dict, Callable]]:
+    """The exact counts of ``cells`` as engine slots: ``ir_runs(workload)`` per cell, each a
+    sample of its own (``runner.instruction_sample`` of one count)."""
+    from hakbench.engine.runner import instruction_sample
+
+    return [
+        (
+            {"phase": COUNTS, "cell": c.key, "workload": c.workload.name, "round": i},
+            lambda c=c: instruction_sample(c, COUNTS, runs=1),
+        )
+        for c in cells
+        for i in range(ir_runs(c.workload.name))
+    ]
+
+
+def cell_row(cell, faults: dict, counts: Sequence[dict]) -> dict:
+    """A cell's row (``cells.jsonl``, the verdict's input) from its faults and its counts'
+    samples: the lowest count (``instructions.lowest_count``; any failed count fails it)."""
+    from hakbench.engine.instructions import lowest_count
+
+    r = lowest_count([s["instructions"] for s in counts])
+    status, error = r["status"], r["error"]
+    if status == "ok" and faults["status"] != "ok":
+        status, error = "failed", f"native run: {faults['error']}"
+    row = {
+        "profile": cell.profile,
+        "workload": cell.workload.name,
+        "args": list(cell.workload.args),
+        "status": status,
+        "ir_per_op": r["ir_per_op"],
+        "minflt": faults["minflt"],
+        "minflt_runs": faults["minflt_runs"],
+        "tool": r["tool"],
+        "error": error,
+    }
+    if r["ir_runs"]:
+        row["ir_runs"] = r["ir_runs"]
+    return row
+
+
+def rows_of(cells: Sequence, samples: Sequence[dict], ir_runs: Callable[[str], int]) -> list:
+    """The rows of the cells whose runs and counts are all among ``samples`` (a stopped run
+    judges what finished), in the cells' order."""
+    by: dict = {}
+    for s in sorted(samples, key=lambda s: s.get("round") or 0):
+        by.setdefault((s["cell"], s["phase"]), []).append(s)
+    rows = []
+    for cell in cells:
+        faults = faults_of(by.get((cell.key, FAULTS), []))
+        counts = by.get((cell.key, COUNTS), [])
+        if faults is not None and len(counts) >= ir_runs(cell.workload.name):
+            rows.append(cell_row(cell, faults, counts))
+    return rows
 
 
 def measure(
     cells: Sequence,
+    session,
     *,
     jobs: int = 2,
-    on_result: Callable[[dict], None] | None = None,
     ir_runs: Callable[[str], int] = lambda workload: 1,
-    session=None,
 ) -> list[dict]:
     """Page faults (median of ``FAULT_RUNS`` native runs) and exact Ir/op of every cell
-    (the lowest of ``ir_runs(workload)`` counts, ``hakbench.engine.instructions.lowest_count``).
+    (the lowest of ``ir_runs(workload)`` counts), every run and count a sample of
+    ``session`` (stored as it finishes; a resumed run's stored ones reused). One row per
+    cell, in the cells' order.
 
-    The native runs go first, one at a time, so they do not share the CPUs with callgrind
-    (a purge after a delay makes faults depend a little on timing); then callgrind runs
-    ``jobs`` at a time (counts do not depend on what else runs, only the wall time does).
-    One row per cell, in the cells' order; ``on_result(row)`` as each finishes, in this
-    thread. A stop signal during the counts lets the running ones finish (their rows are
-    reported), starts no other, and then stops (KeyboardInterrupt)."""
-    from hakbench.engine.instructions import measure_lowest
+    The native runs go first, one at a time (``Session.take``), so they do not share the
+    CPUs with callgrind (a purge after a delay makes faults depend a little on timing);
+    then the counts run ``jobs`` at a time (``Session.take_concurrent``: a count does not
+    depend on what else runs, only its wall time does). A stop signal stops the running
+    counts, keeps every finished one and raises KeyboardInterrupt (``rows_of`` the
+    finished samples then gives the cells that finished)."""
+    for cell in cells:
+        measure_faults(cell, session)
+    session.take_concurrent(count_slots(cells, ir_runs), jobs)
+    return rows_of(cells, session.finished, ir_runs)
 
-    faults = [measure_faults(cell, session=session) for cell in cells]
 
-    def one(item) -> dict:
-        cell, f = item
-        r = measure_lowest(cell, ir_runs(cell.workload.name))
-        status, error = r["status"], r["error"]
-        if status == "ok" and f["status"] != "ok":
-            status, error = "failed", f"native run: {f['error']}"
-        row = {
-            "profile": cell.profile,
-            "workload": cell.workload.name,
-            "args": list(cell.workload.args),
-            "status": status,
-            "ir_per_op": r["ir_per_op"],
-            "minflt": f["minflt"],
-            "minflt_runs": f["minflt_runs"],
-            "tool": r["tool"],
-            "error": error,
-        }
-        if r["ir_runs"]:
-            row["ir_runs"] = r["ir_runs"]
-        return row
+# ---- a gate run's directory: what --resume needs ----
 
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    futures = [pool.submit(one, item) for item in zip(cells, faults, strict=True)]
-    pending = set(futures)
 
-    def report(f) -> None:
-        pending.discard(f)
-        if on_result:
-            on_result(f.result())
+def gate_meta(spec: GateSpec, *, refresh: bool, baseline: Path, build: Path | None) -> dict:
+    """meta.json of a gate run: its spec, baseline and build, so ``--resume`` measures the
+    same cells against the same baseline."""
+    from hakbench.engine.meta import collect_meta
 
-    try:
-        for f in as_completed(futures):
-            report(f)
-    except KeyboardInterrupt:
-        pool.shutdown(wait=True, cancel_futures=True)  # the running counts finish
-        for f in [f for f in futures if f in pending and f.done() and not f.cancelled()]:
-            report(f)
-        raise
-    pool.shutdown()
-    return [f.result() for f in futures]
+    return collect_meta(
+        kind="gate",
+        refresh=refresh,
+        gate_spec=dataclasses.asdict(spec),
+        baseline=str(Path(baseline).resolve()),  # a --resume from another directory
+        build=str(Path(build).resolve()) if build else None,
+    )
+
+
+def resumed_spec(meta: dict, out: Path) -> GateSpec:
+    """The spec a stored gate run measured (one line, exit 2, when it recorded none)."""
+    record = meta.get("gate_spec")
+    if not isinstance(record, dict):
+        raise UsageError(f"--resume {out}: a gate run made before gate could resume")
+    return GateSpec(
+        **{k: tuple(v) if k in ("profiles", "workloads") else v for k, v in record.items()}
+    )
 
 
 def _first_line(argv: list[str]) -> str | None:

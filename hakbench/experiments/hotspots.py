@@ -7,6 +7,10 @@ where they live: the harness, libhakmem's front (exported API and per-thread fas
 backend (pages, superslabs, OS, pool, large, init), glibc, the kernel, a reference allocator,
 other. libhakmem's symbols are recognised from the library itself (``nm``; source file of
 origin when it has debug info), so a statically linked twin is grouped the same way.
+
+The recording is a sample of the engine (``profile_sample``): stored in the run directory's
+samples.jsonl once perf finished, under the one signal policy, so ``hotspots --resume DIR``
+records a cut profile again and reports a finished one without recording it again.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import csv
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -205,32 +210,63 @@ def max_sample_rate() -> int:
         return 1000
 
 
-def record(
-    argv: list[str],
-    env: dict,
+def require_perf() -> None:
+    """MeasurementError (exit 3) when perf is missing: before a run directory is made."""
+    if shutil.which("perf") is None:
+        raise MeasurementError("perf is not installed: apt-get install linux-perf")
+
+
+PHASE = "profile"  # a hotspots run's one sample
+
+
+def profile_sample(
+    cell,
+    args: list[str],
     data: Path,
     *,
     event: str,
     frequency: int,
     call_graph: bool = False,
     timeout: float = 600,
-) -> subprocess.CompletedProcess:
-    """``perf record`` one process into ``data``; MeasurementError if perf is missing/fails."""
-    if shutil.which("perf") is None:
-        raise MeasurementError("perf is not installed: apt-get install linux-perf")
+) -> dict:
+    """``perf record`` of one process of ``cell`` (run with ``args``) into ``data``, as a
+    sample of the engine (``hakbench.engine.engine.Session.take``): its status (``ok``,
+    ``failed`` when perf failed or wrote nothing, ``wrong_allocator``, ``timeout``), the
+    harness's output, the paths of its perf data and of the report written from it.
+    perf runs in its own session under the one signal policy (``process.run_captured``):
+    a stop signal ends it and the profile is a cut sample, never stored."""
+    from hakbench.collect.harness import parse_harness_output
+    from hakbench.engine.process import new_sample, run_captured
+
+    sample = new_sample(cell, PHASE)
+    argv, env = cell.command(args=list(args))
     cmd = ["perf", "record", "-o", str(data), "-e", event, "-F", str(frequency)]
-    if call_graph:
-        cmd.append("-g")
-    r = subprocess.run(
-        [*cmd, "--", *argv], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    if r.returncode != 0 or not data.exists():
-        tail = " | ".join(r.stderr.strip().splitlines()[-3:])
-        raise MeasurementError(
-            f"perf record failed (exit {r.returncode}): {tail}; if this is a permission "
-            "problem, see /proc/sys/kernel/perf_event_paranoid"
+    cmd += ["-g"] if call_graph else []
+    sample.update(argv=argv, perf_event=event, perf_frequency=frequency, perf_data=str(data))
+    sample["perf_report"] = str(data.parent / "perf_report.txt")
+    t0 = time.perf_counter()
+    try:
+        code, stdout, stderr = run_captured([*cmd, "--", *argv], env, timeout)
+    except subprocess.TimeoutExpired:
+        sample.update(status="timeout", error=f"perf record exceeded {timeout:g} s")
+        return sample
+    harness = parse_harness_output(stdout)
+    sample.update(wall_s=time.perf_counter() - t0, returncode=code, harness=harness)
+    impl, expect = str(harness.get("malloc_impl", "")), cell.resolved_allocator().expect_impl
+    if code != 0 or not data.exists():
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        sample.update(
+            status="failed",
+            error=f"perf record failed (exit {code}): {tail}; if this is a permission "
+            "problem, see /proc/sys/kernel/perf_event_paranoid",
         )
-    return r
+    elif expect not in impl:
+        sample.update(
+            status="wrong_allocator", error=f"malloc_impl={impl or '?'}, expected {expect}"
+        )
+    else:
+        sample["status"] = "ok"
+    return sample
 
 
 def report(data: Path, percent_limit: float) -> str:
@@ -254,6 +290,7 @@ def report(data: Path, percent_limit: float) -> str:
         capture_output=True,
         text=True,
         timeout=600,
+        start_new_session=True,  # written after a stop too: a Ctrl-C at the terminal spares it
     )
     if r.returncode != 0:
         raise MeasurementError(f"perf report failed: {r.stderr.strip()[-300:]}")

@@ -187,6 +187,7 @@ def run_misuse(
     skipped: list[dict] | None = None,
     meta: dict | None = None,
     label: str | None = "misuse",
+    resume: bool = False,
 ) -> MisuseRun:
     """Every pattern ``runs`` times under every allocator through the engine
     (``hakbench.engine.engine.Session``: meta.json first, each record appended to
@@ -194,34 +195,38 @@ def run_misuse(
     bar); then ``misuse.csv``, ``misuse.md`` and ``meta.json`` (``skipped``: allocators not
     run, ``{label, reason}``, for the report). A stop signal (``hakbench.engine.interrupts``)
     ends the run; the files are written from what finished and the result says
-    ``interrupted``."""
+    ``interrupted``. ``resume``: ``out`` holds a stopped or killed run (``resumed`` gives
+    its arguments): its records are kept, the other probes run, after the probe program and
+    the libraries are checked to be those it ran (one line, exit 2, otherwise)."""
     from hakbench.engine import engine, interrupts
     from hakbench.engine.progress import Progress
-    from hakbench.engine.store import RunStore, write_json, write_text
+    from hakbench.engine.store import write_json, write_text
     from hakbench.report.misuse_md import run_markdown
     from hakbench.tables.misuse_model import row_of
 
-    if (out / PROBES_FILE).exists():
+    if not resume and (out / PROBES_FILE).exists():
         raise UsageError(f"{out} already holds a misuse run ({PROBES_FILE}); pick another --out")
-    store = RunStore(out, fresh=True, name=PROBES_FILE)
     meta = dict(meta or {})
     meta.update(
         kind="misuse",
         probe=str(probe_path(build)),
         allocators=[a.label for a in allocators],
         libraries={a.label: str(a.preload) if a.preload else "" for a in allocators},
+        targets=[_target_record(a) for a in allocators],
         patterns=list(patterns),
         runs=runs,
+        timeout=timeout,
         skipped=list(skipped or []),
     )
-    store.write_meta(meta)
+    ident = engine.identity_of([probe_path(build), *(a.preload for a in allocators)], {}, out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, name=PROBES_FILE)
     bar = Progress(len(allocators) * len(patterns) * runs, label) if label else None
 
     def step(record: dict) -> None:
         outcome = row_of(record)["outcome"]
         bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
 
-    session = engine.Session(store, on_sample=step if bar else None)
+    session = engine.Session(store, stored=stored, on_sample=step if bar else None)
     interrupted = False
     try:
         for alloc in allocators:
@@ -249,3 +254,33 @@ def run_misuse(
         write_text(out / "misuse.md", run_markdown(rows, meta))
         write_json(out / "meta.json", meta)
     return MisuseRun(out, records, rows, meta["skipped"], interrupted)
+
+
+def _target_record(alloc: Allocator) -> dict:
+    return {
+        "name": alloc.name,
+        "variant": alloc.variant,
+        "preload": str(alloc.preload) if alloc.preload else None,
+        "expect_impl": alloc.expect_impl,
+    }
+
+
+def resumed(out: Path) -> dict:
+    """``run_misuse``'s arguments for ``--resume out``: the allocators (as the run resolved
+    them), patterns, runs, timeout and skipped ones its meta.json records."""
+    from hakbench.engine import engine
+
+    meta = engine.stored_meta(out, "misuse")
+    if not isinstance(meta.get("targets"), list):
+        raise UsageError(f"--resume {out}: a misuse run made before misuse could resume")
+    allocators = [
+        Allocator(t["name"], t["variant"], t["preload"] and Path(t["preload"]), t["expect_impl"])
+        for t in meta["targets"]
+    ]
+    return {
+        "allocators": allocators,
+        "patterns": meta["patterns"],
+        "runs": meta["runs"],
+        "timeout": meta["timeout"],
+        "skipped": meta["skipped"],
+    }
