@@ -26,9 +26,14 @@ side B ``--extra-ops K``, threshold T %; ``WORKLOAD:0:0@1`` is an A/A). A design
 ``name=metric/launch`` (metric: throughput, cpu_throughput, task_clock_ms, ...). Each call
 records its verdict, pairs, seconds to the stop and of the whole call, and the paired
 median B/A of throughput and of cpu_throughput over its pairs (the effect each metric saw).
+A design may name a run length after a second slash (``name=metric/launch/RL``, RL as
+``ab --run-length``: auto, calibrated or N; default calibrated, today's); an ``auto`` call
+also records the count its probe chose and the probe's seconds (in its call's seconds, not in
+the seconds to the stop, which count from the first pair as ``ab``'s budget does).
 
     python scripts/noise_designs.py verdicts --trials 10 --out DIR \
         --design today=throughput/ --design cpu=cpu_throughput/ \
+        --design auto=cpu_throughput//auto \
         --condition mixed:0:0@1 --condition mixed:1:230@1 ...
     python scripts/noise_designs.py summarize DIR
 """
@@ -47,7 +52,7 @@ from pathlib import Path
 
 from hakbench.engine.process import Launch
 from hakbench.engine.runner import run_sample
-from hakbench.experiments.ab import build_cells
+from hakbench.experiments.ab_plan import build_cells
 from hakbench.experiments.ab_spec import ABSpec
 from hakbench.stats import sequential as seq
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO
@@ -198,14 +203,16 @@ def parse_condition(text: str) -> tuple[str, int, int, float]:
 
 def verdicts(args) -> None:
     from hakbench.engine.schedule import complete_pairs
-    from hakbench.engine.store import read_jsonl
+    from hakbench.engine.store import read_json, read_jsonl
+    from hakbench.experiments import ab_runlength
     from hakbench.experiments.ab import run_ab
 
     designs = []
     for d in args.design:
         name, _, rest = d.partition("=")
-        metric, _, launch = rest.partition("/")
-        designs.append((name, metric, launch))
+        metric, _, rest = rest.partition("/")
+        launch, _, run_length = rest.partition("/")
+        designs.append((name, metric, launch, ab_runlength.parse(run_length or "calibrated")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
@@ -214,7 +221,7 @@ def verdicts(args) -> None:
     for trial in range(args.trials):
         block = [(c, d) for c in args.condition for d in designs]
         rng.shuffle(block)
-        for cond, (name, metric, launch) in block:
+        for cond, (name, metric, launch, (run_length, iters)) in block:
             n += 1
             w, ka, k, threshold = parse_condition(cond)
             spec = ABSpec(
@@ -222,6 +229,8 @@ def verdicts(args) -> None:
                 threshold_pct=threshold,
                 metric=metric,
                 launch=launch,
+                run_length=run_length,
+                iters=iters,
                 perf="each" if metric == "task_clock_ms" else "observe",
                 seed=args.seed * 100003 + n,
                 pairs=args.pairs,  # None: sequential, as a default ab
@@ -242,12 +251,17 @@ def verdicts(args) -> None:
                 ]
                 if logs:
                     effects[m] = {"median": statistics.median(logs), "spread": robust_sd(logs)}
+            auto = (read_json(result.out / "meta.json").get("run_length_auto") or {}).get(w, {})
             record = {
                 "trial": trial,
                 "condition": cond,
                 "design": name,
                 "metric": metric,
                 "launch": launch,
+                "run_length": run_length if iters is None else iters,
+                "iterations": result.iterations.get(w, ""),
+                "chosen_iters": auto.get("chosen_iters"),
+                "probe_s": auto.get("probe_s"),
                 "time": started,
                 "verdict": c.verdict,
                 "n_pairs": c.n_pairs,
@@ -273,9 +287,9 @@ def summarize(args) -> None:
         "| condition | design | calls | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
         "| s to stop: median / p90 | call s: median | pairs: median "
         "| effect B/A-1: throughput / cpu (median of calls) | spread: throughput / cpu "
-        "| other load (cores) |"
+        "| other load (cores) | s to stop + probe: median | run lengths (calls) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|")
     by = defaultdict(list)
     for r in rows:
         by[(r["condition"], r["design"])].append(r)
@@ -293,6 +307,10 @@ def summarize(args) -> None:
         inc = len(rs) - sum(counts.values())
         secs = [r["seconds"] for r in rs]
         load = [r["other_cores"] for r in rs if r["other_cores"] is not None]
+        with_probe = [r["seconds"] + (r.get("probe_s") or 0.0) for r in rs]
+        lengths = defaultdict(int)
+        for r in rs:
+            lengths[r.get("chosen_iters") or r.get("iterations", "").split(" ")[0]] += 1
         print(
             f"| {cond} | {design} | {len(rs)} | {counts[GO]} | {counts[NO_GO]} "
             f"| {counts[NEUTRAL]} | {inc} | {statistics.median(secs):.1f} / {q(secs, 0.9):.1f} "
@@ -302,7 +320,9 @@ def summarize(args) -> None:
             f"{100 * math.expm1(eff(rs, 'cpu_throughput', 'median')):+.2f} % "
             f"| {100 * eff(rs, 'throughput', 'spread'):.1f} % / "
             f"{100 * eff(rs, 'cpu_throughput', 'spread'):.1f} % "
-            f"| {statistics.median(load) if load else math.nan:.2f} |"
+            f"| {statistics.median(load) if load else math.nan:.2f} "
+            f"| {statistics.median(with_probe):.1f} "
+            f"| {', '.join(f'{k} x{v}' for k, v in sorted(lengths.items(), key=str))} |"
         )
 
 
