@@ -36,6 +36,7 @@ the seconds to the stop, which count from the first pair as ``ab``'s budget does
         --design auto=cpu_throughput//auto \
         --condition mixed:0:0@1 --condition mixed:1:230@1 ...
     python scripts/noise_designs.py summarize DIR
+    python scripts/noise_designs.py probes DIR   # the auto calls' probe pairs, pooled
 """
 
 from __future__ import annotations
@@ -358,6 +359,48 @@ def effects(args) -> None:
         print(f"| {cond} | {design} | {len(per['throughput'])} | {cells[0]} | {cells[1]} |")
 
 
+def probes(args) -> None:
+    """Per condition and probed count, the probe pairs of every ``auto`` call pooled (each
+    call's pairs centred on their own median, so an injected cost does not widen the pool):
+    the robust spread of the judged metric, seconds a pair, and runlength's expected seconds
+    to a verdict at the condition's threshold; with how often each count was chosen."""
+    from hakbench.engine.schedule import complete_pairs
+    from hakbench.engine.store import read_json, read_jsonl
+    from hakbench.experiments import ab_runlength, runlength
+
+    calls = [json.loads(line) for line in (Path(args.dir) / "calls.jsonl").open()]
+    logs, cost, chosen = defaultdict(list), defaultdict(list), defaultdict(int)
+    for i, call in enumerate(calls, 1):
+        if call.get("chosen_iters") is None:
+            continue
+        (d,) = (Path(args.dir) / "calls").glob(f"{i:04d}-*")
+        w = call["condition"].split(":")[0]
+        entry = read_json(d / "meta.json")["run_length_auto"][w]
+        chosen[(call["condition"], entry["chosen_iters"])] += 1
+        samples = [s for s in read_jsonl(d / "samples.jsonl") if s["phase"] == ab_runlength.PHASE]
+        for n in {s["probe_iters"] for s in samples}:
+            mine = [s for s in samples if s["probe_iters"] == n]
+            pairs = complete_pairs(mine, w, phase=ab_runlength.PHASE)
+            m = entry["metric"]
+            x = [math.log(b["metrics"][m] / a["metrics"][m]) for a, b in pairs]
+            med = statistics.median(x)
+            logs[(call["condition"], n)] += [v - med for v in x]
+            cost[(call["condition"], n)] += [a["cost_s"] + b["cost_s"] for a, b in pairs]
+    print(
+        "| condition | iterations | probe pairs (calls) | spread | s/pair | expected s "
+        "| chosen (calls) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for (cond, n), x in sorted(logs.items()):
+        threshold = parse_condition(cond)[3]
+        sd, spp = robust_sd(x), statistics.median(cost[(cond, n)])
+        exp = runlength.expected_seconds(sd, spp, threshold)
+        print(
+            f"| {cond} | {n} | {len(x)} | {100 * sd:.2f} % | {spp:.4f} "
+            f"| {'-' if exp is None else f'{exp:.1f}'} | {chosen[(cond, n)]} |"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -387,9 +430,11 @@ def main() -> None:
     ef = sub.add_parser("effects")
     ef.add_argument("dir")
     ef.add_argument("--by-design", action="store_true")
+    pr = sub.add_parser("probes")
+    pr.add_argument("dir")
     args = p.parse_args()
     commands = {"collect": collect, "analyse": analyse, "verdicts": verdicts}
-    commands.update(summarize=summarize, effects=effects)
+    commands.update(summarize=summarize, effects=effects, probes=probes)
     commands[args.cmd](args)
 
 
