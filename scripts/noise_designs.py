@@ -26,17 +26,15 @@ side B ``--extra-ops K``, threshold T %; ``WORKLOAD:0:0@1`` is an A/A). A design
 ``name=metric/launch`` (metric: throughput, cpu_throughput, task_clock_ms, ...). Each call
 records its verdict, pairs, seconds to the stop and of the whole call, and the paired
 median B/A of throughput and of cpu_throughput over its pairs (the effect each metric saw).
-A design may name a run length after a second slash (``name=metric/launch/RL``, RL as
-``ab --run-length``: auto, calibrated or N; default calibrated, today's); an ``auto`` call
-also records the count its probe chose and the probe's seconds (in its call's seconds, not in
-the seconds to the stop, which count from the first pair as ``ab``'s budget does).
+A design may fix the iteration count after a second slash (``name=metric/launch/N``, as
+``ab --iters N``; without it, ab's own run length). Each call records the run length it ran
+and why.
 
     python scripts/noise_designs.py verdicts --trials 10 --out DIR \
         --design today=throughput/ --design cpu=cpu_throughput/ \
-        --design auto=cpu_throughput//auto \
+        --design half=cpu_throughput//500000 \
         --condition mixed:0:0@1 --condition mixed:1:230@1 ...
     python scripts/noise_designs.py summarize DIR
-    python scripts/noise_designs.py probes DIR   # the auto calls' probe pairs, pooled
 """
 
 from __future__ import annotations
@@ -204,16 +202,15 @@ def parse_condition(text: str) -> tuple[str, int, int, float]:
 
 def verdicts(args) -> None:
     from hakbench.engine.schedule import complete_pairs
-    from hakbench.engine.store import read_json, read_jsonl
-    from hakbench.experiments import ab_runlength
+    from hakbench.engine.store import read_jsonl
     from hakbench.experiments.ab import run_ab
 
     designs = []
     for d in args.design:
         name, _, rest = d.partition("=")
         metric, _, rest = rest.partition("/")
-        launch, _, run_length = rest.partition("/")
-        designs.append((name, metric, launch, ab_runlength.parse(run_length or "calibrated")))
+        launch, _, iters = rest.partition("/")
+        designs.append((name, metric, launch, int(iters) if iters else None))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
@@ -222,7 +219,7 @@ def verdicts(args) -> None:
     for trial in range(args.trials):
         block = [(c, d) for c in args.condition for d in designs]
         rng.shuffle(block)
-        for cond, (name, metric, launch, (run_length, iters)) in block:
+        for cond, (name, metric, launch, iters) in block:
             n += 1
             w, ka, k, threshold = parse_condition(cond)
             spec = ABSpec(
@@ -230,7 +227,6 @@ def verdicts(args) -> None:
                 threshold_pct=threshold,
                 metric=metric,
                 launch=launch,
-                run_length=run_length,
                 iters=iters,
                 perf="each" if metric == "task_clock_ms" else "observe",
                 seed=args.seed * 100003 + n,
@@ -252,17 +248,13 @@ def verdicts(args) -> None:
                 ]
                 if logs:
                     effects[m] = {"median": statistics.median(logs), "spread": robust_sd(logs)}
-            auto = (read_json(result.out / "meta.json").get("run_length_auto") or {}).get(w, {})
             record = {
                 "trial": trial,
                 "condition": cond,
                 "design": name,
                 "metric": metric,
                 "launch": launch,
-                "run_length": run_length if iters is None else iters,
                 "iterations": result.iterations.get(w, ""),
-                "chosen_iters": auto.get("chosen_iters"),
-                "probe_s": auto.get("probe_s"),
                 "time": started,
                 "verdict": c.verdict,
                 "n_pairs": c.n_pairs,
@@ -288,9 +280,9 @@ def summarize(args) -> None:
         "| condition | design | calls | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
         "| s to stop: median / p90 | call s: median | pairs: median "
         "| effect B/A-1: throughput / cpu (median of calls) | spread: throughput / cpu "
-        "| other load (cores) | s to stop + probe: median | run lengths (calls) |"
+        "| other load (cores) | run lengths (calls) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---|")
     by = defaultdict(list)
     for r in rows:
         by[(r["condition"], r["design"])].append(r)
@@ -308,10 +300,9 @@ def summarize(args) -> None:
         inc = len(rs) - sum(counts.values())
         secs = [r["seconds"] for r in rs]
         load = [r["other_cores"] for r in rs if r["other_cores"] is not None]
-        with_probe = [r["seconds"] + (r.get("probe_s") or 0.0) for r in rs]
         lengths = defaultdict(int)
         for r in rs:
-            lengths[r.get("chosen_iters") or r.get("iterations", "").split(" ")[0]] += 1
+            lengths[r.get("iterations", "").split(" ")[0]] += 1
         print(
             f"| {cond} | {design} | {len(rs)} | {counts[GO]} | {counts[NO_GO]} "
             f"| {counts[NEUTRAL]} | {inc} | {statistics.median(secs):.1f} / {q(secs, 0.9):.1f} "
@@ -322,7 +313,6 @@ def summarize(args) -> None:
             f"| {100 * eff(rs, 'throughput', 'spread'):.1f} % / "
             f"{100 * eff(rs, 'cpu_throughput', 'spread'):.1f} % "
             f"| {statistics.median(load) if load else math.nan:.2f} "
-            f"| {statistics.median(with_probe):.1f} "
             f"| {', '.join(f'{k} x{v}' for k, v in sorted(lengths.items(), key=str))} |"
         )
 
@@ -359,48 +349,6 @@ def effects(args) -> None:
         print(f"| {cond} | {design} | {len(per['throughput'])} | {cells[0]} | {cells[1]} |")
 
 
-def probes(args) -> None:
-    """Per condition and probed count, the probe pairs of every ``auto`` call pooled (each
-    call's pairs centred on their own median, so an injected cost does not widen the pool):
-    the robust spread of the judged metric, seconds a pair, and runlength's expected seconds
-    to a verdict at the condition's threshold; with how often each count was chosen."""
-    from hakbench.engine.schedule import complete_pairs
-    from hakbench.engine.store import read_json, read_jsonl
-    from hakbench.experiments import ab_runlength, runlength
-
-    calls = [json.loads(line) for line in (Path(args.dir) / "calls.jsonl").open()]
-    logs, cost, chosen = defaultdict(list), defaultdict(list), defaultdict(int)
-    for i, call in enumerate(calls, 1):
-        if call.get("chosen_iters") is None:
-            continue
-        (d,) = (Path(args.dir) / "calls").glob(f"{i:04d}-*")
-        w = call["condition"].split(":")[0]
-        entry = read_json(d / "meta.json")["run_length_auto"][w]
-        chosen[(call["condition"], entry["chosen_iters"])] += 1
-        samples = [s for s in read_jsonl(d / "samples.jsonl") if s["phase"] == ab_runlength.PHASE]
-        for n in {s["probe_iters"] for s in samples}:
-            mine = [s for s in samples if s["probe_iters"] == n]
-            pairs = complete_pairs(mine, w, phase=ab_runlength.PHASE)
-            m = entry["metric"]
-            x = [math.log(b["metrics"][m] / a["metrics"][m]) for a, b in pairs]
-            med = statistics.median(x)
-            logs[(call["condition"], n)] += [v - med for v in x]
-            cost[(call["condition"], n)] += [a["cost_s"] + b["cost_s"] for a, b in pairs]
-    print(
-        "| condition | iterations | probe pairs (calls) | spread | s/pair | expected s "
-        "| chosen (calls) |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for (cond, n), x in sorted(logs.items()):
-        threshold = parse_condition(cond)[3]
-        sd, spp = robust_sd(x), statistics.median(cost[(cond, n)])
-        exp = runlength.expected_seconds(sd, spp, threshold)
-        print(
-            f"| {cond} | {n} | {len(x)} | {100 * sd:.2f} % | {spp:.4f} "
-            f"| {'-' if exp is None else f'{exp:.1f}'} | {chosen[(cond, n)]} |"
-        )
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -430,11 +378,9 @@ def main() -> None:
     ef = sub.add_parser("effects")
     ef.add_argument("dir")
     ef.add_argument("--by-design", action="store_true")
-    pr = sub.add_parser("probes")
-    pr.add_argument("dir")
     args = p.parse_args()
     commands = {"collect": collect, "analyse": analyse, "verdicts": verdicts}
-    commands.update(summarize=summarize, effects=effects, probes=probes)
+    commands.update(summarize=summarize, effects=effects)
     commands[args.cmd](args)
 
 

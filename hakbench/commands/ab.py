@@ -16,7 +16,7 @@ from hakbench.core.errors import (
 from hakbench.core.profiles import parse_sets
 from hakbench.engine import interrupts
 from hakbench.engine.store import default_run_dir
-from hakbench.experiments import ab, ab_plan, ab_runlength, ab_spec
+from hakbench.experiments import ab, ab_plan, ab_spec
 from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
 from hakbench.stats.stats import FAILED, INCONCLUSIVE, NO_GO
 
@@ -64,17 +64,6 @@ def _print_table(header, rows) -> None:
     type=click.IntRange(1),
     help="iterations of every harness workload [default: this machine's run-length choice "
     "(calibrate --run-length), else the workload's own]",
-)
-@click.option(
-    "--run-length",
-    "run_length",
-    default="calibrated",
-    show_default=True,
-    metavar="auto|calibrated|N",
-    help="iterations of each harness workload: calibrated (this machine's calibrate "
-    "--run-length, else the workload's own); auto (probed at the start of this call: a few "
-    "seconds of pairs at 1/4 to 2 times that count, the one with the shortest expected time "
-    "to a verdict at the noise measured then); N (as --iters N)",
 )
 @click.option(
     "--warmup",
@@ -170,7 +159,6 @@ def ab_cmd(
     runs,
     max_time,
     iters,
-    run_length,
     warmup,
     threshold,
     metric,
@@ -205,13 +193,6 @@ def ab_cmd(
         return
     if runs is not None and max_time is not None:
         raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
-    run_length, n_iters = ab_runlength.parse(run_length)
-    if n_iters is not None:
-        if iters is not None and iters != n_iters:
-            raise UsageError(f"--run-length {n_iters} and --iters {iters}: give one")
-        iters = n_iters
-    elif run_length == "auto" and iters is not None:
-        raise UsageError("--run-length auto chooses the iterations; --iters fixes them: give one")
     metric = {"task-clock": "task_clock_ms", "cpu": "cpu_throughput"}.get(metric, metric)
     if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
         perf_mode = "each" if metric == "task_clock_ms" else ab_spec.DEFAULT_PERF_MODE
@@ -227,7 +208,6 @@ def ab_cmd(
         pairs=runs,
         max_time_s=ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time,
         iters=iters,
-        run_length=run_length,
         warmup_pairs=warmup,
         threshold_pct=threshold,
         seed=seed,

@@ -33,7 +33,7 @@ from hakbench.engine.process import Launch
 from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, run_sample
 from hakbench.engine.schedule import ab_schedule, iter_ab_schedule
-from hakbench.experiments import ab_plan, ab_runlength
+from hakbench.experiments import ab_plan
 from hakbench.experiments.ab_analysis import (
     engagement_of,
     judge_run,
@@ -97,21 +97,15 @@ def run_ab(
     n_total = ab_plan.planned_samples(
         spec, cells, harness if observe else {}, len(slots) + len(perf_slots)
     )
-    n_total += ab_runlength.planned(spec, cells) if "run_length_auto" not in meta else 0
     progress = Progress(n_total, "ab") if show_progress else None
     session = engine.Session(
         store, stored=stored, on_sample=engine.progress_step(progress) if progress else None
     )
+    run = _Run(spec, cells, session, continued, layouts)
     monitor = LoadMonitor().start()
     interrupted = False
     pairs_seconds = 0.0
-    run = None
     try:
-        # --run-length auto: each workload's length probed now (a resumed call: the stored one)
-        chosen = ab_runlength.choose_all(spec, cells, session, meta, store)
-        cells, layouts = ab_runlength.apply(cells, layouts, chosen, meta)
-        harness, observe = ab_plan.observation(spec, cells)
-        run = _Run(spec, cells, session, continued, layouts)
         if observe:
             run.observe(harness)
         if spec.metric == "instructions":
@@ -127,7 +121,6 @@ def run_ab(
             run.slot(slot)
     except KeyboardInterrupt:
         interrupted = True
-        run = run or _Run(spec, cells, session, continued, layouts)  # stopped in the probe
         for w in run.stopper.running() if run.stopper is not None else ():
             run.stopper.stop(w, "interrupted")
     finally:

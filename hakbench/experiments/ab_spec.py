@@ -78,10 +78,6 @@ class ABSpec:
     max_time_s: float = DEFAULT_MAX_TIME_S  # sequential only
     max_pairs: int = DEFAULT_MAX_PAIRS  # sequential only
     iters: int | None = None  # iterations of every harness workload [default: run length]
-    # how a harness workload's run length is chosen when iters is None (ab_runlength):
-    # "calibrated" (this machine's calibrate --run-length, else the workload's own count) or
-    # "auto" (probed at the start of the call from the noise measured then)
-    run_length: str = "calibrated"
     warmup_pairs: int = DEFAULT_WARMUP_PAIRS
     threshold_pct: float = st.DEFAULT_THRESHOLD_PCT
     seed: int | None = None  # None: a fresh one per call (engine.new_seed), recorded
