@@ -141,7 +141,8 @@ def calibration_line(metrics: set | None = None) -> str:
     if metrics is not None and metric_of(cal) not in metrics:
         return (
             f"Noise check: none; {cal.describe()} measured {metric_of(cal)}, this A/B judges "
-            f"{', '.join(sorted(metrics))} (run `hakbench calibrate` for its noise)."
+            f"{', '.join(sorted(metrics))} (`hakbench calibrate` measures what a default ab "
+            "judges)."
         )
     return f"Noise check against {cal.describe()} (pairs judged on {metric_of(cal)})."
 
