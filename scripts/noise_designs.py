@@ -26,9 +26,13 @@ side B ``--extra-ops K``, threshold T %; ``WORKLOAD:0:0@1`` is an A/A). A design
 ``name=metric/launch`` (metric: throughput, cpu_throughput, task_clock_ms, ...). Each call
 records its verdict, pairs, seconds to the stop and of the whole call, and the paired
 median B/A of throughput and of cpu_throughput over its pairs (the effect each metric saw).
+A design may fix the iteration count after a second slash (``name=metric/launch/N``, as
+``ab --iters N``; without it, ab's own run length). Each call records the run length it ran
+and why.
 
     python scripts/noise_designs.py verdicts --trials 10 --out DIR \
         --design today=throughput/ --design cpu=cpu_throughput/ \
+        --design half=cpu_throughput//500000 \
         --condition mixed:0:0@1 --condition mixed:1:230@1 ...
     python scripts/noise_designs.py summarize DIR
 """
@@ -47,7 +51,7 @@ from pathlib import Path
 
 from hakbench.engine.process import Launch
 from hakbench.engine.runner import run_sample
-from hakbench.experiments.ab import build_cells
+from hakbench.experiments.ab_plan import build_cells
 from hakbench.experiments.ab_spec import ABSpec
 from hakbench.stats import sequential as seq
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO
@@ -204,8 +208,9 @@ def verdicts(args) -> None:
     designs = []
     for d in args.design:
         name, _, rest = d.partition("=")
-        metric, _, launch = rest.partition("/")
-        designs.append((name, metric, launch))
+        metric, _, rest = rest.partition("/")
+        launch, _, iters = rest.partition("/")
+        designs.append((name, metric, launch, int(iters) if iters else None))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
@@ -214,7 +219,7 @@ def verdicts(args) -> None:
     for trial in range(args.trials):
         block = [(c, d) for c in args.condition for d in designs]
         rng.shuffle(block)
-        for cond, (name, metric, launch) in block:
+        for cond, (name, metric, launch, iters) in block:
             n += 1
             w, ka, k, threshold = parse_condition(cond)
             spec = ABSpec(
@@ -222,6 +227,7 @@ def verdicts(args) -> None:
                 threshold_pct=threshold,
                 metric=metric,
                 launch=launch,
+                iters=iters,
                 perf="each" if metric == "task_clock_ms" else "observe",
                 seed=args.seed * 100003 + n,
                 pairs=args.pairs,  # None: sequential, as a default ab
@@ -248,6 +254,7 @@ def verdicts(args) -> None:
                 "design": name,
                 "metric": metric,
                 "launch": launch,
+                "iterations": result.iterations.get(w, ""),
                 "time": started,
                 "verdict": c.verdict,
                 "n_pairs": c.n_pairs,
@@ -273,9 +280,9 @@ def summarize(args) -> None:
         "| condition | design | calls | GO | NO-GO | NEUTRAL | INCONCLUSIVE "
         "| s to stop: median / p90 | call s: median | pairs: median "
         "| effect B/A-1: throughput / cpu (median of calls) | spread: throughput / cpu "
-        "| other load (cores) |"
+        "| other load (cores) | run lengths (calls) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---|")
     by = defaultdict(list)
     for r in rows:
         by[(r["condition"], r["design"])].append(r)
@@ -293,6 +300,9 @@ def summarize(args) -> None:
         inc = len(rs) - sum(counts.values())
         secs = [r["seconds"] for r in rs]
         load = [r["other_cores"] for r in rs if r["other_cores"] is not None]
+        lengths = defaultdict(int)
+        for r in rs:
+            lengths[r.get("iterations", "").split(" ")[0]] += 1
         print(
             f"| {cond} | {design} | {len(rs)} | {counts[GO]} | {counts[NO_GO]} "
             f"| {counts[NEUTRAL]} | {inc} | {statistics.median(secs):.1f} / {q(secs, 0.9):.1f} "
@@ -302,7 +312,8 @@ def summarize(args) -> None:
             f"{100 * math.expm1(eff(rs, 'cpu_throughput', 'median')):+.2f} % "
             f"| {100 * eff(rs, 'throughput', 'spread'):.1f} % / "
             f"{100 * eff(rs, 'cpu_throughput', 'spread'):.1f} % "
-            f"| {statistics.median(load) if load else math.nan:.2f} |"
+            f"| {statistics.median(load) if load else math.nan:.2f} "
+            f"| {', '.join(f'{k} x{v}' for k, v in sorted(lengths.items(), key=str))} |"
         )
 
 

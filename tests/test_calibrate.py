@@ -15,6 +15,7 @@ from hakbench.cli import main
 from hakbench.core import paths
 from hakbench.core.errors import UsageError
 from hakbench.engine import meta
+from hakbench.engine.schedule import complete_pairs
 from hakbench.experiments import calibrate as cal
 from hakbench.experiments import calibration as noise
 from hakbench.stats import stats as st
@@ -175,6 +176,34 @@ def test_noise_warning_only_when_larger_effects_are_missed(scratch_root):
     assert "no injected effect was resolved" in w and "--runs" not in w
 
 
+def test_noise_warning_compares_the_metric_ab_judges(scratch_root):
+    from hakbench.experiments.ab_plan import noise_warning_for
+    from hakbench.experiments.ab_spec import ABSpec
+
+    missed = [condition(0.5, 2.0, 3), condition(1.25, 5.0, 10)]
+    cpu = calibration(missed, floor=5.0)
+    cpu.data["metric"] = "cpu_throughput"
+    w = noise.noise_warning(1.0, 100, cpu, metrics={"cpu_throughput"})
+    assert w and "below the noise floor of cpu_throughput" in w
+    assert noise.noise_warning(1.0, 100, cpu, metrics={"throughput"}) is None
+    old = calibration(missed, floor=5.0)  # written before a calibration said: throughput
+    assert "noise floor of throughput" in noise.noise_warning(1.0, 100, old, metrics={"throughput"})
+    assert noise.noise_warning(1.0, 100, old, metrics={"cpu_throughput"}) is None
+    # what ab asks: a fixed count judged on CPU time (the default) is warned from a
+    # calibration of CPU time, one judged on wall clock is not, nor a sequential A/B
+    own = noise.machine_path()
+    own.parent.mkdir(parents=True)
+    own.write_text(json.dumps({**cpu.data, "date": "2026-11-26"}))
+    assert "noise floor of cpu_throughput" in noise_warning_for(ABSpec(pairs=100))
+    assert noise_warning_for(ABSpec(pairs=100, metric="throughput")) is None
+    assert noise_warning_for(ABSpec()) is None
+    # a workload of several threads is judged on throughput: this calibration is not about it
+    assert noise_warning_for(ABSpec(pairs=100, workloads=("mid_large_mt",))) is None
+    assert "(pairs judged on cpu_throughput)" in noise.calibration_line({"cpu_throughput"})
+    line = noise.calibration_line({"throughput"})
+    assert "Noise check: none" in line and "measured cpu_throughput" in line
+
+
 def test_the_committed_reference_does_not_warn_about_abs_defaults(scratch_root, repo_root):
     ref = noise.Calibration(
         json.loads((repo_root / noise.reference_path().relative_to(scratch_root)).read_text()),
@@ -229,6 +258,14 @@ def test_calibrate_command_end_to_end(scratch_root):
     ):
         assert key in c, key
     assert c["runs"] == 6 and c["workload"] == "mixed" and c["trials"] == 1
+    # judged on what a default ab judges mixed on: CPU time of the timed loop
+    assert c["metric"] == "cpu_throughput"
+    assert "judged on `cpu_throughput`" in (out / "report.md").read_text()
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    for t in map(json.loads, (out / "trials.jsonl").read_text().splitlines()):
+        pairs = complete_pairs([x for x in samples if x["trial"] == t["trial"]], "mixed")
+        logs = [math.log(y["metrics"][c["metric"]] / x["metrics"][c["metric"]]) for x, y in pairs]
+        assert t["log_ratios"] == pytest.approx(logs)  # the trial judged those ratios
     assert not c["interrupted"] and c["trials_done"] == 2
     assert set(c["machine"]) >= {"hostname", "cpu", "kernel"}
     assert [x["condition"] for x in c["conditions"]] == ["A/A", "K=2.5"]

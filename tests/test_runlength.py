@@ -148,6 +148,7 @@ def test_run_length_real_run_on_two_counts(tmp_path, monkeypatch, bench_dir):
     doc = json.loads((out / rl.FILE).read_text())
     entry = doc["workloads"]["mixed"]
     assert [p["iters"] for p in entry["points"]] == [62_500, 500_000]
+    assert entry["metric"] == "cpu_throughput"  # the spread of what a default ab judges
     for p in entry["points"]:
         assert p["pairs"] == 8 and p["failed"] == 0
         assert p["spread"] > 0 and p["seconds_per_pair"] > 0 and p["pairs_needed"] > 0

@@ -83,6 +83,7 @@ def _layout_fields(result: ABResult, c) -> dict:
 
 
 def write_outputs(result: ABResult, samples: list[dict]) -> None:
+    from hakbench.experiments.ab_plan import judged_metrics
     from hakbench.experiments.calibration import calibration_line
     from hakbench.report.markdown import write_ab_report
     from hakbench.report.plots import plot_paired_ratios
@@ -136,6 +137,7 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                 if c.decide_low is not None
             },
         )
-    fixed_count = result.spec.metric == "throughput" and not result.spec.sequential
-    calibration = calibration_line() if fixed_count else ""  # a fixed count's noise check
+    fixed_count = result.spec.metric in TIMED_METRICS and not result.spec.sequential
+    # a fixed count's noise check, against a calibration of the metric it judges
+    calibration = calibration_line(judged_metrics(result.spec)) if fixed_count else ""
     write_ab_report(result, samples, out / "report.md", calibration=calibration)

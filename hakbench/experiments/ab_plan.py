@@ -153,14 +153,25 @@ def resume_spec(out: Path, *, max_time_s: float | None = None) -> ABSpec:
     return dataclasses.replace(spec, max_time_s=max_time_s)
 
 
+def judged_metrics(spec: ABSpec) -> set:
+    """The metrics the spec's workloads are judged on (``ab_spec.judged_metric``)."""
+    from hakbench.experiments.ab_spec import judged_metric
+
+    return {
+        judged_metric(spec.metric, resolve_workload(w)) for w in expand_workloads(spec.workloads)
+    }
+
+
 def noise_warning_for(spec: ABSpec) -> str | None:
-    """The latest calibration's warning when the threshold is below what the pairs can see.
-    Calibration measures the noise of throughput pairs, so other metrics get no warning."""
-    if spec.metric != "throughput" or spec.sequential:
+    """The latest calibration's warning when the threshold is below what a fixed count of
+    pairs can see. A calibration measured the noise of one metric (its ``metric``: the one a
+    default ab judges, ``throughput`` before it said), so only an A/B that judges a workload
+    on that metric is warned."""
+    if spec.sequential or spec.metric not in TIMED_METRICS:
         return None  # a sequential A/B says INCONCLUSIVE itself when the noise is too high
     from hakbench.experiments.calibration import noise_warning
 
-    return noise_warning(spec.threshold_pct, spec.pairs)
+    return noise_warning(spec.threshold_pct, spec.pairs, metrics=judged_metrics(spec))
 
 
 def sha256_of(path: Path | None) -> str | None:

@@ -1,11 +1,13 @@
 """How small a change can ``ab`` see on this machine, and how often does it cry wolf?
 
 Trials of the ``ab`` design (interleaved pairs, random order within a pair, warm-ups
-discarded, verdict by ``hakbench.stats.stats.verdict`` on the per-pair throughput ratio) where the
-truth is known: A/A (no change: any GO/NO-GO is a false positive) and A against the same
-cell with a known injected cost (the harness's ``--extra-work K``, a real dependent multiply
-chain per op). The effect of each K is measured here, from every pair of its trials, since
-it depends on the harness and the machine.
+discarded, verdict by ``hakbench.stats.stats.verdict`` on the per-pair ratio of the metric a
+default ``ab`` judges the workload on, ``ab_spec.judged_metric``: CPU time of the timed
+loop, wall-clock throughput for a workload of several threads) where the truth is known: A/A
+(no change: any GO/NO-GO is a false positive) and A against the same cell with a known
+injected cost (the harness's ``--extra-work K``, a real dependent multiply chain per op).
+The effect of each K is measured here, from every pair of its trials, since it depends on
+the harness and the machine.
 
 Two rates per injected effect, each with its Wilson 95 % interval
 (``hakbench.tables.calibration``):
@@ -39,6 +41,7 @@ from hakbench.engine.progress import Progress
 from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
 from hakbench.engine.store import RunStore, write_json, write_text
+from hakbench.experiments.ab_spec import DEFAULT_METRIC, judged_metric
 from hakbench.experiments.calibration import machine_path
 from hakbench.stats import stats as st
 from hakbench.tables.calibration import summarize
@@ -70,6 +73,12 @@ class Trial:
     failed: int = 0
 
 
+def metric_of(cell) -> str:
+    """The metric a default ``ab`` judges ``cell``'s workload on, which a calibration
+    measures the noise of (so ``ab``'s noise warning compares like with like)."""
+    return judged_metric(DEFAULT_METRIC, cell.workload)
+
+
 def condition_name(k: float) -> str:
     return AA if k == 0 else f"K={k:g}"
 
@@ -97,11 +106,14 @@ def run_trial(
     timeout: float = 120.0,
     session: engine.Session,
     trial: int | None = None,
+    metric: str | None = None,
 ) -> Trial:
     """One A/B exactly as ``ab`` schedules and judges it: A = K 0, B = K ``k``. Each sample
     goes through ``session`` (``hakbench.engine.engine.Session``: stored as it finishes, tagged
     ``trial``, reused when a resumed calibration holds it). A side that failed where the
-    other did not (``stats.failures``) makes the trial FAILED, as it makes an ab's verdict."""
+    other did not (``stats.failures``) makes the trial FAILED, as it makes an ab's verdict.
+    ``metric``: the one judged [default: ``metric_of(cell)``, a default ab's]."""
+    metric = metric or metric_of(cell)
     base = tuple(cell.workload.args)
     args = {"A": [*base, *extra_work_arg(0.0)], "B": [*base, *extra_work_arg(k)]}
 
@@ -112,9 +124,10 @@ def run_trial(
     samples = engine.take_slots(session, slots, lambda slot: cell, run, trial=trial)
     failed = sum(s["status"] != "ok" for s in samples)
     pairs = complete_pairs(samples, cell.workload.name)
-    a = [float(x["metrics"]["throughput"]) for x, _ in pairs]
-    b = [float(y["metrics"]["throughput"]) for _, y in pairs]
-    t = judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed)
+    pairs = [(x, y) for x, y in pairs if metric in x["metrics"] and metric in y["metrics"]]
+    a = [float(x["metrics"][metric]) for x, _ in pairs]
+    b = [float(y["metrics"][metric]) for _, y in pairs]
+    t = judge_trial(condition_name(k), k, index, a, b, threshold_pct, failed, metric=metric)
     measured = [s for s in samples if s["phase"] == "measure"]
     if st.failures(*([s for s in measured if s["side"] == x] for x in "AB")).verdict:
         t.verdict, t.resolved = st.FAILED, False  # survivors never decide
@@ -129,11 +142,14 @@ def judge_trial(
     b: Sequence[float],
     threshold_pct: float,
     failed: int = 0,
+    *,
+    metric: str = "throughput",
 ) -> Trial:
-    """The ab verdict of one trial's pairs (one workload, so Holm changes nothing)."""
+    """The ab verdict of one trial's pairs of ``metric`` (one workload, so Holm changes
+    nothing; every metric a calibration judges is higher-is-better)."""
     import numpy as np  # heavy imports live where they are used: `hakbench --help` stays fast
 
-    c = st.compare_paired("cal", "throughput", a, b, higher_is_better=True)
+    c = st.compare_paired("cal", metric, a, b, higher_is_better=True)
     v = st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=threshold_pct)
     v0 = st.verdict(c.ratio, c.ci_low, c.ci_high, c.p_value, threshold_pct=0.0)
     resolved = v0 != st.NEUTRAL and v0 != st.NO_DATA if k == 0 else v0 == st.NO_GO
@@ -231,6 +247,7 @@ def calibrate(
         result.update(
             {
                 "workload": cell.workload.name,
+                "metric": metric_of(cell),
                 "argv_base": list(cell.workload.args),
                 "allocator": cell.allocator_label,
                 "profile": cell.profile,

@@ -73,13 +73,25 @@ def scaled_effect_pct(effect_pct: float, cal_runs: int, runs: int) -> float:
     return effect_pct * math.sqrt(cal_runs / runs)
 
 
-def noise_warning(threshold_pct: float, runs: int, cal: Calibration | None = None) -> str | None:
+def metric_of(cal: Calibration) -> str:
+    """The metric a calibration judged its pairs on (one written before it said: throughput)."""
+    return str(cal.data.get("metric") or "throughput")
+
+
+def noise_warning(
+    threshold_pct: float,
+    runs: int,
+    cal: Calibration | None = None,
+    *,
+    metrics: set | None = None,
+) -> str | None:
     """A warning when the calibration shows that ``runs`` pairs miss effects larger than
     ``threshold_pct``: an injected effect that, scaled to ``runs`` pairs, exceeds the
     threshold and was resolved in fewer than 80 % of trials (its whole Wilson interval below
-    80 %, so a handful of unlucky trials does not cry wolf). None otherwise."""
+    80 %, so a handful of unlucky trials does not cry wolf). ``metrics``: those the A/B
+    judges; a calibration of another metric says nothing about them. None otherwise."""
     cal = cal or load_calibration()
-    if cal is None:
+    if cal is None or (metrics is not None and metric_of(cal) not in metrics):
         return None
     c = cal.data
     cal_runs = int(c.get("runs") or 0)
@@ -101,7 +113,7 @@ def noise_warning(threshold_pct: float, runs: int, cal: Calibration | None = Non
         as_if = scaled_effect_pct(worst["effect_pct"], cal_runs, runs)
         visible = f" (as visible as {as_if:.2f} % at {runs} pairs)"
     text = (
-        f"threshold {threshold_pct:g} % is below the noise floor: an injected "
+        f"threshold {threshold_pct:g} % is below the noise floor of {metric_of(cal)}: an injected "
         f"{worst['effect_pct']:.2f} % slowdown at {cal_runs} pairs{visible} was resolved in "
         f"only {seen}"
     )
@@ -120,12 +132,19 @@ def noise_warning(threshold_pct: float, runs: int, cal: Calibration | None = Non
     return f"{text} ({cal.describe()})"
 
 
-def calibration_line() -> str:
-    """Which calibration ab's noise check used: one sentence for its report."""
+def calibration_line(metrics: set | None = None) -> str:
+    """Which calibration ab's noise check used: one sentence for its report. ``metrics``:
+    those the A/B judges (a calibration of another metric is named, and not used)."""
     cal = load_calibration()
     if cal is None:
         return "Noise check: none, no calibration here (run `hakbench calibrate`)."
-    return f"Noise check against {cal.describe()}."
+    if metrics is not None and metric_of(cal) not in metrics:
+        return (
+            f"Noise check: none; {cal.describe()} measured {metric_of(cal)}, this A/B judges "
+            f"{', '.join(sorted(metrics))} (`hakbench calibrate` measures what a default ab "
+            "judges)."
+        )
+    return f"Noise check against {cal.describe()} (pairs judged on {metric_of(cal)})."
 
 
 def write_record(doc: dict, out: Path, name: str) -> Path:

@@ -2,13 +2,13 @@
 should run so that an A/B decides soonest.
 
 Every pair costs two process start-ups plus two runs. Short runs are cheap but noisy (the
-start-up and the machine's jitter are a larger share of each), long runs are quiet but
-slow. The expected time to a decision is the pairs the sequential rule needs times the
-seconds a pair costs, and the pairs needed grow with the square of the pair spread over the
-threshold. So ``hakbench calibrate --run-length`` measures, for a few iteration counts of
-each workload, the spread of A/A paired log ratios (``robust_sd``: the bulk, not the pairs
-that straddle a speed-mode switch) and the wall seconds per pair, and picks the count with
-the shortest expected time.
+start-up and the machine's jitter are a larger share of each), long runs are quiet but slow.
+The expected time to a decision is the pairs the sequential rule needs times the seconds a
+pair costs, and the pairs needed grow with the square of the pair spread over the threshold.
+So ``hakbench calibrate --run-length`` measures, for a few iteration counts of each
+workload, the spread of A/A paired log ratios of the metric ``ab`` judges it on
+(``robust_sd``: the bulk, not the pairs that straddle a speed-mode switch) and the wall
+seconds per pair, and picks the count with the shortest expected time.
 
 Pairs needed. ``hakbench.stats.sequential``'s confidence sequence for the median lies between
 the order statistics at ranks n/2 -+ b_n. For pairs of spread s around their median, the
@@ -40,6 +40,7 @@ from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
 from hakbench.engine.store import read_json
 from hakbench.experiments import calibration
+from hakbench.experiments.ab_spec import DEFAULT_METRIC, judged_metric
 from hakbench.stats import sequential as seq
 from hakbench.stats import stats as st
 from hakbench.stats.stats import robust_sd
@@ -140,7 +141,9 @@ def measure_workload(
     machine hits every count alike): per count its spread and wall seconds per pair (the
     two processes as ``ab`` runs them, hakbench's own work per process included).
     ``make(workload)`` builds the cell. ``session`` (``hakbench.engine.engine.Session``): each
-    sample stored in the run directory the moment it finishes (``workload`` = the count)."""
+    sample stored in the run directory the moment it finishes (``workload`` = the count).
+    The spread is that of the metric a default ``ab`` judges the workload on
+    (``ab_spec.judged_metric``: CPU time of the timed loop, wall clock for several threads)."""
     cells = {str(i): make(with_iterations(workload, i)) for i in iters}
 
     def run(cell, slot) -> dict:
@@ -150,7 +153,8 @@ def measure_workload(
 
     slots = ab_schedule(list(cells), pairs, warmup, seed)
     samples = engine.take_slots(session, slots, lambda slot: cells[slot.workload], run)
-    return [point(workload.name, int(k), samples) for k in cells]
+    metric = judged_metric(DEFAULT_METRIC, workload)
+    return [point(workload.name, int(k), samples, metric=metric) for k in cells]
 
 
 def run_calibration(make, params: dict, out: Path, *, resume: bool, command=None) -> dict:
@@ -210,14 +214,26 @@ def run_calibration(make, params: dict, out: Path, *, resume: bool, command=None
     return doc
 
 
-def point(workload: str, iters: int, samples: Sequence[dict]) -> dict:
-    """Spread and cost of one count from its samples (``workload`` field = the count)."""
+def point(
+    workload: str,
+    iters: int,
+    samples: Sequence[dict],
+    *,
+    metric: str = "throughput",
+    key: str | None = None,
+    phase: str = "measure",
+) -> dict:
+    """Spread (of ``metric``'s paired log ratios) and cost of one count from its samples of
+    ``phase`` whose ``workload`` field is ``key`` (default: the count, as calibrate tags
+    them)."""
     import numpy as np
 
-    pairs = complete_pairs(samples, str(iters))
-    measured = [s for s in samples if s["workload"] == str(iters) and s["phase"] == "measure"]
-    a = [float(x["metrics"]["throughput"]) for x, _ in pairs]
-    b = [float(y["metrics"]["throughput"]) for _, y in pairs]
+    key = str(iters) if key is None else key
+    pairs = complete_pairs(samples, key, phase=phase)
+    measured = [s for s in samples if s["workload"] == key and s["phase"] == phase]
+    pairs = [(x, y) for x, y in pairs if metric in x["metrics"] and metric in y["metrics"]]
+    a = [float(x["metrics"][metric]) for x, _ in pairs]
+    b = [float(y["metrics"][metric]) for _, y in pairs]
     logs = np.log(st.paired_ratios(a, b)) if pairs else []
     cost = [x["cost_s"] + y["cost_s"] for x, y in pairs]
     return {
@@ -238,6 +254,7 @@ def workload_entry(workload: Workload, points: list[dict], threshold_pct: float)
         "iters_flag": workload.iters_flag,
         "default_iters": iterations(workload),
         "chosen_iters": best["iters"] if best else None,
+        "metric": judged_metric(DEFAULT_METRIC, workload),
         "points": points,
     }
 
@@ -294,12 +311,13 @@ def report_lines(doc: dict) -> list[str]:
         "",
         f"- {doc['date']}, {doc['machine']['hostname']} (fingerprint {doc['fingerprint']}); "
         f"{doc['pairs_per_count']} A/A pairs per count, counts interleaved round by round",
-        "- spread: robust SD of the paired log ratios; pairs needed: the sequential rule's "
+        "- spread: robust SD of the paired log ratios of the metric ab judges (its column); "
+        "pairs needed: the sequential rule's "
         "interval within half the threshold; expected: pairs needed x seconds per pair",
         "",
-        "| workload | iterations | pairs | failed | spread | s/pair | pairs needed | expected s "
-        "| chosen |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | metric | iterations | pairs | failed | spread | s/pair | pairs needed "
+        "| expected s | chosen |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for e in doc["workloads"].values():
         for p in e["points"]:
@@ -307,7 +325,8 @@ def report_lines(doc: dict) -> list[str]:
             if p["iters"] == e["default_iters"]:
                 mark = f"{mark} (default)".strip()
             lines.append(
-                f"| {e['workload']} | {p['iters']} | {p['pairs']} | {p['failed']} "
+                f"| {e['workload']} | {e.get('metric', 'throughput')} | {p['iters']} "
+                f"| {p['pairs']} | {p['failed']} "
                 f"| {p['spread']:.4f} | {p['seconds_per_pair']:.3f} | {p['pairs_needed'] or '-'} "
                 f"| {p['expected_s'] if p['expected_s'] is not None else '-'} | {mark} |"
             )

@@ -32,7 +32,9 @@ def report_markdown(c: dict) -> str:
     lines += [
         f"- {c['date']}, {m['cpu']} x{m['cpu_count']}, kernel {m['kernel']}; 1-min load "
         f"average {' -> '.join(str(x) for x in c.get('load_avg_1min', []))} (start -> end)",
-        f"- workload `{c['workload']}` under {c['allocator']}; {c['runs']} measured pairs "
+        f"- workload `{c['workload']}` under {c['allocator']}, judged on "
+        f"`{c.get('metric', 'throughput')}` (the metric a default `ab` judges it on); "
+        f"{c['runs']} measured pairs "
         f"(+{c['warmup_pairs']} warm-up) per trial, {c['trials']} trials per condition; "
         f"verdict threshold {c['threshold_pct']:g} %; seed {c.get('seed')} (`--seed` replays "
         "the plan)",
