@@ -137,7 +137,8 @@ def call_row(call: dict) -> dict | None:
         "pairs": int(p["n_pairs"]),
         "stop_s": float(p["seconds"] or "nan"),
         "stop": p["stop"],
-        "effect": f"{pct(p['ratio']):+.2f} [{pct(p['decide_low']):+.2f}, {pct(p['decide_high']):+.2f}]",
+        "effect": f"{pct(p['ratio']):+.2f} "
+        f"[{pct(p['decide_low']):+.2f}, {pct(p['decide_high']):+.2f}]",
         "spread_judged": robust_spread(judged),
         "spread_wall": robust_spread(wall),
         "layout_spread": p.get("layout_spread") or "",
@@ -154,13 +155,17 @@ def table(args) -> None:
         verdicts = defaultdict(int)
         for r in rs:
             verdicts[r["verdict"]] += 1
-        med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
+
+        def med(k, rs=rs):
+            return statistics.median(r[k] for r in rs)
+
+        load = f"{min(r['load_start'] for r in rs):.1f}-{max(r['load_end'] for r in rs):.1f}"
         print(
             f"\n{name} ({rs[0]['args']}): {len(rs)} calls; "
             + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
             + f"; median call {med('call_s'):.1f} s, to the stop {med('stop_s'):.1f} s; "
             f"median pair spread {med('spread_judged'):.1f} % judged, {med('spread_wall'):.1f} % "
-            f"wall; load {min(r['load_start'] for r in rs):.1f}-{max(r['load_end'] for r in rs):.1f}"
+            f"wall; load {load}"
         )
         print(
             "| # | start (UTC) | call s | to stop s | load start/end | verdict | pairs "
