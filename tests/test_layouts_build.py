@@ -214,3 +214,20 @@ def test_draws_are_balanced_blocks_in_a_seeded_order():
     assert first[:6] != first[6:]  # each block shuffled on its own
     assert first == list(itertools.islice(draw_layouts(3, 2, seed=7), 12))
     assert first != list(itertools.islice(draw_layouts(3, 2, seed=8), 12))
+
+
+def test_each_call_draws_its_own_layouts_and_a_replay_the_same(build):
+    """The layouts follow the call's seed (fresh per call, recorded): a layout that happens to
+    favour one side cannot decide every call the same way, and --seed, --resume and
+    --continue link the very same ones again. A stored spec's own layout seed is kept."""
+    from hakbench.experiments.ab_plan import layout_seed
+    from hakbench.experiments.ab_spec import ABSpec
+
+    assert layout_seed(ABSpec(layouts=3, seed=11)) == 11
+    assert layout_seed(ABSpec(layouts=3, seed=11, layout_seed=0)) == 0  # a run stored before
+    orders = {}
+    for seed in (11, 12, 11):
+        sides = layouts_for_sides((build, "fast"), (build, "fast"), 3, seed=seed)
+        orders.setdefault(seed, []).append([lay.order for lay in sides["A"][1:]])
+    assert orders[11][0] == orders[11][1]  # replayed: the same link orders
+    assert orders[11][0] != orders[12][0]  # another call: other layouts

@@ -284,6 +284,17 @@ def check_layouts(spec: ABSpec) -> None:
         raise UsageError(f"--layouts {spec.layouts}: a timed metric only (not {spec.metric})")
 
 
+def layout_seed(spec: ABSpec) -> int:
+    """The seed of the call's layouts: ``--seed``'s (fresh per call, recorded) unless the spec
+    names its own. Fresh layouts per call keep a layout that happens to favour one side from
+    deciding every call the same way; a call replayed or resumed links the same ones."""
+    if spec.layout_seed is not None:
+        return spec.layout_seed
+    if spec.seed is None:
+        raise ValueError("the call's seed is drawn before its layouts")
+    return spec.seed
+
+
 def layout_cells(spec: ABSpec, cells: dict) -> dict:
     """workload -> {"A": [cell per layout], "B": [...]}: each side's cell in the K layouts
     of its own build (``engine.layouts.layouts_for_sides``; layout 0 is the cell itself)."""
@@ -294,7 +305,7 @@ def layout_cells(spec: ABSpec, cells: dict) -> dict:
     out = {}
     for w, (a, b) in cells.items():
         sides = layouts_for_sides(
-            (a.build, a.variant), (b.build, b.variant), spec.layouts, seed=spec.layout_seed
+            (a.build, a.variant), (b.build, b.variant), spec.layouts, seed=layout_seed(spec)
         )
         out[w] = {
             side: [with_layout(c, lay) for lay in sides[side]] for side, c in (("A", a), ("B", b))

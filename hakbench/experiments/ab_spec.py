@@ -96,7 +96,10 @@ class ABSpec:
     baseline_extra_ops: int = 0  # side A's K when extra_ops is set
     # code layouts a side (issue 29; hakbench.engine.layouts): 1 = the build's own library
     layouts: int = 1
-    layout_seed: int = 0  # the layouts' link order and pad (engine.layouts.plan_layout)
+    # the layouts' link order and pad (engine.layouts.plan_layout); None: the call's seed, so
+    # every call draws K - 1 fresh layouts of each side (layout 0 is the build as it is) and
+    # --seed, --resume and --continue link the same ones again
+    layout_seed: int | None = None
 
     @property
     def sequential(self) -> bool:
