@@ -234,3 +234,38 @@ def test_a_misuse_resume_elsewhere_is_one_line_exit_2(scratch, tmp_path, monkeyp
     _refused_elsewhere(["misuse", "--resume", str(out)], monkeypatch)
     r = CliRunner().invoke(main, ["misuse", "--resume", str(out), "-n", "2"])
     assert r.exit_code == 2 and "drop --runs" in r.output
+
+
+@pytest.mark.parametrize(
+    "argv, dropped",
+    [
+        ("ab --resume {d} --max-time 5", "--max-time"),
+        ("ab --resume {d} -w tiny_hot", "--workload"),
+        ("ab --continue {d} --runs 20", "--runs"),
+        ("calibrate --resume {d} -n 10", "--runs"),
+        ("matrix --resume {d} --metric instructions", "--metric"),
+        ("matrix --resume {d} --shard 1/2", "--shard"),
+    ],
+)
+def test_an_option_beside_resume_is_refused_not_ignored(tmp_path, argv, dropped):
+    """--resume (and ab's --continue) go on with the options the run recorded: another
+    option beside it would be silently ignored, so it is one line and exit 2 instead."""
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+
+    r = CliRunner().invoke(main, argv.format(d=tmp_path).split())
+    assert r.exit_code == 2, r.output
+    assert f"drop {dropped}" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_continue_takes_a_new_budget_and_an_exit_rule(tmp_path):
+    from click.testing import CliRunner
+
+    from hakbench.cli import main
+
+    # allowed beside --continue: the run directory's own check speaks next (no meta.json)
+    r = CliRunner().invoke(
+        main, ["ab", "--continue", str(tmp_path), "--max-time", "5", "--fail-on", "no-go"]
+    )
+    assert r.exit_code == 2 and "drop" not in r.output, r.output

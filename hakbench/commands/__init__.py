@@ -21,18 +21,21 @@ def resume_option(what: str):
     )
 
 
-def resume_alone(resume: Path | None, allowed: tuple[str, ...] = ()) -> None:
+def resume_alone(
+    resume: Path | None, allowed: tuple[str, ...] = (), flag: str = "--resume"
+) -> None:
     """``--resume DIR`` continues DIR's run with the options it recorded: another option
     given beside it (but ``allowed``, e.g. gate's ``--jobs``) is refused in one line (exit
-    2) rather than silently ignored."""
+    2) rather than silently ignored. ``flag``: the option that names DIR (``ab --continue``)."""
     if resume is None:
         return
     ctx = click.get_current_context()
+    own = next(p.name for p in ctx.command.params if flag in getattr(p, "opts", ()))
     given = [
         p.opts[0]
         for p in ctx.command.params
-        if p.name not in ("resume", *allowed)
+        if p.name not in (own, *allowed)
         and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
     ]
     if given:
-        raise UsageError(f"--resume {resume} continues with its run's own options; drop {given[0]}")
+        raise UsageError(f"{flag} {resume} continues with its run's own options; drop {given[0]}")

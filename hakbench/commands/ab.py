@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_alone
 from hakbench.core.errors import (
     EXIT_GATE,
     EXIT_INCONCLUSIVE,
@@ -182,6 +183,9 @@ def ab_cmd(
             raise UsageError("--resume and --continue: give one")
         if out:
             raise UsageError("--resume/--continue write into their own directory; drop --out")
+        # the stored run's options hold; --continue takes a new budget, either an exit rule
+        resume_alone(resume, allowed=("fail_on",))
+        resume_alone(continue_dir, allowed=("max_time", "fail_on"), flag="--continue")
         where = resume or continue_dir
         spec = ab_plan.resume_spec(
             where,

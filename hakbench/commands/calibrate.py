@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_alone
 from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
 from hakbench.engine import engine, interrupts
@@ -162,6 +163,7 @@ def calibrate_cmd(
     if resume is not None:
         if out is not None:
             raise UsageError("--resume writes into its own directory; drop --out")
+        resume_alone(resume)
         _resume(resume)
         return
     if seed is None:  # a fresh seed per call, recorded in meta.json and the results

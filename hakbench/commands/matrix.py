@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from hakbench.commands import resume_alone
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.engine import interrupts
 from hakbench.engine.load import describe as describe_load
@@ -76,6 +77,8 @@ def matrix_cmd(matrix_file, out, resume, runs, metric, shard):
     """
     if out and resume and out.resolve() != resume.resolve():
         raise UsageError("--out and --resume name different directories; give one")
+    # a resumed matrix keeps its metric and shard (--runs may extend it)
+    resume_alone(resume, allowed=("matrix_file", "out", "runs"))
     shard_kn = parse_shard(shard) if shard else None
     if matrix_file is None and resume is None:
         raise UsageError("name a MATRIX_FILE (or --resume DIR)")
