@@ -385,10 +385,10 @@ hak_heap *hak_heap_create(void) {
     return heap;
 }
 
-// Leaves a page that still has live blocks for whoever adopts its superslab; the OS policy
-// decides what of its free blocks stays resident (hak_os_page_abandoned).
+// Leaves a page that still has live blocks, its free blocks resident, for whoever adopts its
+// superslab (the lean policy gave back the interiors of its free blocks of 8 KiB and more
+// until issue #30: docs/experiments.md).
 static void abandon_page(hak_page *page) {
-    hak_os_page_abandoned(page);
     hak_page_set_local_owner(page, NULL);
     page->in_full = 0;
     page->next = page->prev = NULL;

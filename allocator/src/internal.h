@@ -383,7 +383,6 @@ hak_superslab *hak_os_superslab_get(void);
 void hak_os_superslab_put(hak_superslab *ss);
 void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
-void hak_os_page_abandoned(const hak_page *page);
 void hak_os_superslab_unowned(hak_superslab *ss);
 unsigned hak_os_class_affinity(unsigned cls);
 void hak_os_fork_prepare(void);
@@ -398,7 +397,6 @@ void hak_os_fork_child(void);
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
 void hak_page_collect(hak_page *page);
-void hak_page_purge_free_blocks(const hak_page *page);
 void hak_page_purge_idle_blocks(hak_page *page, unsigned keep, uintptr_t mark,
                                 uintptr_t marked_before);
 void hak_page_restore_purged(hak_page *page);

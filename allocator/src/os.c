@@ -267,16 +267,6 @@ void hak_os_idle_tick(hak_heap *heap) {
     }
 }
 
-// A page left with live blocks by an exiting thread. Under the lean policy its free blocks of
-// 8 KiB and more give their memory back (but their first bytes, the links): the survivors of a
-// dead thread pin their own memory, not the free blocks around them
-// (hak_page_purge_free_blocks; bench_churn under BALANCED: peak RSS 63.7 -> 59.4 MiB).
-// Speed-first keeps them: the adopter would fault them in again (bench_churn under C7_SAFE:
-// 0.89 -> 0.81 of mimalloc's throughput, for 67 -> 60 MiB).
-void hak_os_page_abandoned(const hak_page *page) {
-    if (hak_option[HAK_OPT_SS_MEM_LEAN]) hak_page_purge_free_blocks(page);
-}
-
 void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     uint32_t dirty = slots_beyond_floor(ss);
     uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;

@@ -93,32 +93,6 @@ void hak_page_collect(hak_page *page) {
     page->used -= count;
 }
 
-// A page left with live blocks by an exiting thread (owner only, after hak_page_collect):
-// every free block of 8 KiB or more gives back the OS pages that lie wholly inside it past its
-// first 16 bytes (the free-list link and the remote-free key stay). Whoever allocates such a
-// block again faults those pages back in as it writes them; the survivors of a dead thread no
-// longer keep the free blocks around them resident. Smaller blocks hold at most one whole OS
-// page, so they are left alone (a madvise per 4 KiB would cost more than it gives).
-// The walk stops after as many blocks as the page has free (a list that a double free turned
-// into a cycle must not hang the exiting thread); a huge-page superslab is left whole.
-void hak_page_purge_free_blocks(const hak_page *page) {
-    uint32_t size = page->block_size;
-    if (size < 2 * HAK_OS_PAGE_SIZE || hak_superslab_of_page(page)->huge) return;
-    const uintptr_t os_mask = HAK_OS_PAGE_SIZE - 1;
-    int saved = errno;
-    int32_t left = (int32_t)page->reserved - page->used;
-    const hak_block *lists[2] = {page->free, page->local_free};
-    for (int l = 0; l < 2; l++)
-        for (const hak_block *b = lists[l]; b && left > 0; b = hak_link(b), left--) {
-            uintptr_t start = ((uintptr_t)b + 2 * sizeof(void *) + os_mask) & ~os_mask;
-            uintptr_t end = ((uintptr_t)b + size) & ~os_mask;
-            madvise((void *)start, end - start, MADV_DONTNEED);
-            hak_stat_add(ss_os, madvise, 1);
-            hak_stat_add(ss_os, block_purge_kb, (end - start) / 1024);
-        }
-    errno = saved;
-}
-
 // Medium pages: the superslab's word of purged blocks of this page.
 static uint64_t *purged_bits(const hak_page *page) {
     hak_superslab *ss = hak_superslab_of_page(page);

@@ -35,7 +35,7 @@
     X(munmap)              /* munmap calls */                                                      \
     X(madvise)             /* madvise calls */                                                     \
     X(slot_purge_kb)       /* free page slots of live superslabs given back (madvise DONTNEED) */  \
-    X(block_purge_kb)      /* interiors of free mid blocks in pages left by an exiting thread */   \
+    X(block_purge_kb)      /* idle free medium blocks given back (lean policy)                 */  \
     X(huge_alloc)          /* superslabs backed by huge pages */                                   \
     X(huge_fail)           /* huge page attempts that fell back */                                 \
     X(cache_hit)           /* superslab taken from the empty-superslab cache */                    \

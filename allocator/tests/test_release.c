@@ -626,32 +626,6 @@ static void test_lean_reused_region_tail_released(void) {
     free(q);
 }
 
-#define ABANDON_BLOCKS 32
-#define ABANDON_SIZE   (24 * KiB)
-static unsigned char *abandon_freed[ABANDON_BLOCKS];
-static unsigned abandon_nfreed;
-static void *abandon_survivors[ABANDON_BLOCKS];
-
-// Fills 32 blocks of 24 KiB, frees three of every four and exits with the rest alive.
-static void *leave_survivors(void *arg) {
-    (void)arg;
-    unsigned char *blocks[ABANDON_BLOCKS];
-    for (unsigned i = 0; i < ABANDON_BLOCKS; i++) {
-        blocks[i] = malloc(ABANDON_SIZE);
-        if (blocks[i]) memset(blocks[i], 0x5a, ABANDON_SIZE);
-    }
-    for (unsigned i = 0; i < ABANDON_BLOCKS; i++) {
-        if (!blocks[i]) continue;
-        if (i % 4 == 0) {
-            abandon_survivors[i] = blocks[i];
-        } else {
-            free(blocks[i]);
-            abandon_freed[abandon_nfreed++] = blocks[i];
-        }
-    }
-    return NULL;
-}
-
 // Resident OS pages wholly inside [p + skip, p + size).
 static unsigned resident_inside(unsigned char *p, size_t skip, size_t size) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -664,28 +638,6 @@ static unsigned resident_inside(unsigned char *p, size_t skip, size_t size) {
     for (size_t i = 0; i < n; i++)
         resident += vec[i] & 1;
     return resident;
-}
-
-static void test_lean_abandoned_free_blocks_released(void) {
-    const char *lean = getenv("HAKMEM_SS_MEM_LEAN");
-    int is_lean = lean && !strcmp(lean, "1");
-    if (!allocator_is_hakmem()) return;
-    abandon_nfreed = 0;
-    pthread_t thread;
-    if (!CHECK(pthread_create(&thread, NULL, leave_survivors, NULL) == 0)) return;
-    pthread_join(thread, NULL);
-    unsigned resident = 0, pages = 0;
-    for (unsigned i = 0; i < abandon_nfreed; i++) {
-        resident += resident_inside(abandon_freed[i], 16, ABANDON_SIZE);
-        pages += (unsigned)((ABANDON_SIZE - 16) / 4096);
-    }
-    printf("%s: %u free 24 KiB blocks beside live ones after their thread exited: %u of ~%u OS "
-           "pages resident\n",
-           is_lean ? "lean" : "speed-first", abandon_nfreed, resident, pages);
-    CHECK(abandon_nfreed == ABANDON_BLOCKS * 3 / 4);
-    if (is_lean) CHECK(resident == 0); // speed-first keeps them warm for the adopter
-    for (unsigned i = 0; i < ABANDON_BLOCKS; i++)
-        free(abandon_survivors[i]);
 }
 
 // A thread fills 12 small pages with 8 KiB blocks and exits with one block alive: its
@@ -932,7 +884,6 @@ int main(void) {
     test_large_cache_serves_regrown_vector();
     test_large_cache_serves_blocks_freed_out_of_order();
     test_lean_reused_region_tail_released();
-    test_lean_abandoned_free_blocks_released();
     test_abandoned_slots_purged_after_delay();
     test_lean_idle_medium_blocks_released();
     test_full_large_cache_keeps_the_block_freed_now(); // last: it leaves the cache full
