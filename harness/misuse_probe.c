@@ -32,8 +32,8 @@
  * strcpy off-by-one, and `buf[len - 1] = 0` with len 0.
  *
  * Safety: every address the misuse writes as data ("the attacker's choice") is inside
- * `arena`, a static buffer of this program, so a hijacked malloc hands back memory the probe
- * owns; the probe's own state is static, never on the heap it damages; a CPU-time limit
+ * `arena`, a static buffer of this program (or, for the `-to-stack` patterns, a buffer in
+ * main's frame), so a hijacked malloc hands back memory the probe owns; the probe's own state is static, never on the heap it damages; a CPU-time limit
  * (and alarm()) ends a probe whose allocator loops on a corrupted list. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -128,6 +128,7 @@ typedef struct {
     long amount; /* bytes over/under, the offset of a bad free, or the foreign kind */
     bool usable; /* OVERFLOW: the request is malloc_usable_size, written past it */
     bool use_memcpy;
+    bool to_stack; /* the target lies on the stack, above the heap (see `target`) */
 } pattern;
 
 #define MAX_PATTERNS 96
@@ -168,6 +169,18 @@ static void build_patterns(void) {
         name(add(UAF_READ, s, 0), "uaf-read-%s", SIZE_NAMES[s]);
     for (int s = TINY; s <= LARGE; s++)
         name(add(UAF_WRITE, s, 0), "uaf-write-%s", SIZE_NAMES[s]);
+    /* The same forged links aimed above the heap (the stack) instead of below it (the
+     * program's static data): a check of only one side of the heap passes them. */
+    for (int s = TINY; s <= LARGE; s++) {
+        pattern *p = add(UAF_WRITE, s, 0);
+        p->to_stack = true;
+        name(p, "uaf-write-to-stack-%s", SIZE_NAMES[s]);
+    }
+    for (int s = TINY; s <= LARGE; s++) {
+        pattern *p = add(OVERFLOW, s, 32);
+        p->usable = p->to_stack = true;
+        name(p, "overflow-usable-32-write-to-stack-%s", SIZE_NAMES[s]);
+    }
     for (int s = TINY; s <= LARGE; s++)
         name(add(DOUBLE_FREE, s, 0), "double-free-%s", SIZE_NAMES[s]);
     for (int s = TINY; s <= LARGE; s++)
@@ -190,9 +203,13 @@ static void build_patterns(void) {
 /* The address a misuse writes as data (a forged free-list link, a forged size): the middle
  * of this buffer, so an allocator that hands it out, and the probe writing a large block
  * through it, stay inside. Page-aligned: its low byte is 0, so a 1-byte overflow writes a
- * NUL, the classic off-by-one. */
+ * NUL, the classic off-by-one. A static buffer lies below the heap (the program's image is
+ * mapped low, the allocators' memory high); the `-to-stack` patterns aim at a buffer in
+ * main's frame instead, above every mapping but the stack itself. Either way the probe stops
+ * (`arbitrary-address`) before it writes through an address malloc should not have returned. */
 static unsigned char arena[8 * MIB] __attribute__((aligned(4096)));
-#define TARGET (arena + 4 * MIB)
+#define STACK_TARGET_SIZE (64 * KIB)
+static unsigned char *target = arena + 4 * MIB;
 static unsigned char static_block[4096] __attribute__((aligned(64)));
 static unsigned char copy_source[MIB + 64]; /* memcpy's source for an overflow */
 
@@ -309,7 +326,7 @@ static void raw_free(void *p) {
 
 /* The attacker's bytes: the target address in every aligned word of memory they cover. */
 static unsigned char attack_byte(uintptr_t address) {
-    uintptr_t word = (uintptr_t)TARGET;
+    uintptr_t word = (uintptr_t)target;
     return (unsigned char)(word >> (8 * (address & 7)));
 }
 
@@ -600,6 +617,7 @@ int main(int argc, char **argv) {
             say("%s", patterns[i].name);
         return 0;
     }
+    unsigned char stack_target[STACK_TARGET_SIZE] __attribute__((aligned(4096)));
     const pattern *pt = NULL;
     for (int i = 0; i < n_patterns; i++)
         if (!strcmp(argv[1], patterns[i].name)) pt = &patterns[i];
@@ -610,6 +628,10 @@ int main(int argc, char **argv) {
     setitimer(ITIMER_PROF, &cpu_limit, NULL);
     alarm(ALARM_SECONDS);
     choose_region(arena, sizeof arena);
+    if (pt->to_stack) {
+        target = launder(stack_target + STACK_TARGET_SIZE / 2);
+        choose_region(stack_target, sizeof stack_target);
+    }
     say("pattern=%s", pt->name);
     print_malloc_impl();
     switch (pt->kind) {
@@ -645,5 +667,6 @@ int main(int argc, char **argv) {
     say("outcome=not-caught");
     step("exit");
     say("end=1");
+    __asm__ volatile("" ::"r"(stack_target) : "memory"); /* the target lives to here */
     return 0;
 }

@@ -115,8 +115,14 @@ void hak_heap_free_delayed_blocks(hak_heap *heap) {
     hak_block *block = atomic_exchange_explicit(&heap->delayed_free, NULL, memory_order_acquire);
     while (block) {
         hak_block *next = hak_link(block);
+        // The chain runs through blocks of many pages: each link must be a block of a superslab
+        // (checked in full: a forged one would be written through below).
+        unsigned kind = hak_registry_get((uintptr_t)block);
+        if (kind != HAK_REG_SMALL && kind != HAK_REG_MEDIUM && kind != HAK_REG_BIG)
+            hak_page_bad_link(block);
         hak_superslab *ss = hak_superslab_of((uintptr_t)block);
         hak_page *page = hak_page_of(ss, (uintptr_t)block);
+        if (!hak_page_slot_holds(page, (uintptr_t)block)) hak_page_bad_link(block);
         if (page->block_size >= 16) ((uintptr_t *)block)[1] = 0; // the remote-free key
         hak_front_free_local(heap, page, block);
         block = next;

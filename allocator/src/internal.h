@@ -427,6 +427,27 @@ static inline int hak_page_mark_full(hak_page *page) {
 }
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 void hak_page_verify_empty(const hak_page *page);
+// Could `p` be a block of `page`: in the page's slot of its superslab, past the superslab
+// header, aligned as the page's blocks are. What the secure build checks at every pop, and
+// every build where a list is walked off the fast path (hak_page_pop, the lean purge, the
+// delayed frees).
+static inline int hak_page_slot_holds(const hak_page *page, uintptr_t p) {
+    uintptr_t ss = (uintptr_t)hak_superslab_of_page(page);
+    return (p & ~(uintptr_t)HAK_SS_MASK) == ss &&
+           hak_page_of((hak_superslab *)ss, p) == page && !(p & page->block_mask) &&
+           (p & HAK_SS_MASK) >= HAK_SS_HEADER_SIZE;
+}
+// The fast paths' test of the block a pop is about to hand out, in every build: a page's
+// blocks lie above its descriptor (which sits in its superslab's header), so "above the
+// descriptor" is one compare, the same as the NULL test it replaces. An empty list, and a link
+// that a write after free or an overflow aimed below the heap (the program's image, its data
+// and GOT, the brk heap, anything mapped after the superslab), both take the slow path, which
+// tells the two apart and checks the link in full before anything follows it (hak_page_pop).
+// A link aimed above the heap passes it; the secure build checks every link in full.
+static inline int hak_pop_ok(const hak_page *page, const hak_block *block) {
+    return (uintptr_t)block > (uintptr_t)page;
+}
+void hak_page_bad_link(const void *p) __attribute__((noreturn, cold));
 // Every pop in the debug and secure builds: the next link of a free block must be NULL or a
 // block of the same page, else something wrote into the freed block (use after free,
 // overflow). The debug build checks it in full (a block start of the page); the secure build
@@ -440,7 +461,7 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
 #if defined(HAK_DEBUG)
     hak_page_check_link(page, block);
 #elif defined(HAK_SECURE)
-    uintptr_t n = (uintptr_t)next;
+    uintptr_t n = (uintptr_t)next; // hak_page_slot_holds, with `block` known to be in the slot
     if (HAK_UNLIKELY(n && (((n ^ (uintptr_t)block) >> hak_superslab_of_page(page)->page_shift) ||
                            (n & page->block_mask) || (n & HAK_SS_MASK) < HAK_SS_HEADER_SIZE)))
         hak_page_link_corrupted(block);
@@ -448,6 +469,20 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
     (void)page;
 #endif
     return next;
+}
+
+// The next link of a chain of `page`'s blocks that a slow path walks (the remote frees being
+// collected), NULL at its end: checked as a pop checks it, in the fast build too (there with
+// hak_pop_ok, the one compare that also finds the end), so a forged link is reported before
+// the walk writes through it.
+static inline hak_block *hak_link_walk(const hak_page *page, const hak_block *block) {
+#if defined(HAK_DEBUG) || defined(HAK_SECURE)
+    return hak_link_checked(page, block);
+#else
+    hak_block *next = hak_link(block);
+    if (HAK_UNLIKELY(!hak_pop_ok(page, next)) && next) hak_page_bad_link(next);
+    return next;
+#endif
 }
 
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
@@ -571,9 +606,12 @@ static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32
 // remote free of it is recognised (blocks of 16 B and up).
 extern uintptr_t hak_remote_key;
 
-// Pops a block from a page whose free list is not empty.
+// Pops a block from a page whose free list is not empty (the slow paths). The block is the
+// link the previous pop read, which the fast paths checked only for lying above the page's
+// descriptor: here it is checked in full, in every build.
 static inline void *hak_page_pop(hak_page *page) {
     hak_block *block = page->free;
+    if (HAK_UNLIKELY(!hak_page_slot_holds(page, (uintptr_t)block))) hak_page_bad_link(block);
     page->free = hak_link_checked(page, block);
     page->used++;
     return block;

@@ -76,16 +76,17 @@ void hak_page_collect(hak_page *page) {
     // More blocks than ever handed out: a block was freed twice (the list may even be a
     // cycle); stop rather than walk it forever. Blocks of 16 B and up carry the remote-free
     // key in their second word: cleared here (two loops, so the test is not made per block).
+    // Each link checked before the walk writes through it (hak_link_walk).
     if (page->block_size >= 16) {
         for (;; tail = next, count++) {
             ((uintptr_t *)tail)[1] = 0;
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link(tail))) break;
+            if (!(next = hak_link_walk(page, tail))) break;
         }
     } else {
         for (;; tail = next, count++) {
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link(tail))) break;
+            if (!(next = hak_link_walk(page, tail))) break;
         }
     }
     hak_link_set(tail, page->free);
@@ -112,13 +113,21 @@ static uint64_t *purged_bits(const hak_page *page) {
 // lay past the first few, made mid_large_mt1 (a steady live set of 8-32 KiB blocks) fault
 // 2.5x as often and run at half the speed.
 #define HAK_RESTORE_STEP 4
+// A link the purge follows, checked in full: a forged one must not be written or madvise'd.
+static hak_block *checked_link(const hak_page *page, const hak_block *b) {
+    hak_block *next = hak_link(b);
+    if (HAK_UNLIKELY(next && !hak_page_slot_holds(page, (uintptr_t)next)))
+        hak_page_link_corrupted(b);
+    return next;
+}
 static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int32_t *left,
                            uintptr_t mark, uintptr_t marked_before) {
     hak_block *prev = NULL, *b = *list; // b follows prev on the list (or heads it)
     unsigned kept = 0;
+    if (b && !hak_page_slot_holds(page, (uintptr_t)b)) hak_page_bad_link(b);
     while (b && *left > 0 && kept < keep) {
         prev = b;
-        b = hak_link(b);
+        b = checked_link(page, b);
         kept++;
         (*left)--;
     }
@@ -127,7 +136,7 @@ static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int3
     uint32_t size = page->block_size;
     for (; b && *left > 0; (*left)--) {
         uintptr_t *word = (uintptr_t *)b;
-        hak_block *next = hak_link(b); // before the madvise: the link may lie in a page it drops
+        hak_block *next = checked_link(page, b); // before the madvise: it may drop the link
         if (word[2] != (marked_before ^ (uintptr_t)b)) {
             word[2] = mark ^ (uintptr_t)b; // idle from now on: purged next time if still here
             prev = b;
@@ -185,6 +194,10 @@ void hak_page_check_link(const hak_page *page, const hak_block *block) {
 
 void hak_page_link_corrupted(const hak_block *block) {
     hak_fatal_pointer("malloc", "free list corrupted (write after free?) at block", block);
+}
+
+void hak_page_bad_link(const void *p) {
+    hak_fatal_pointer("malloc", "free list corrupted (write after free or overflow?): link to", p);
 }
 
 // A page whose `used` came down to 0 (and is about to be given back or retained): every block

@@ -53,11 +53,12 @@ static void secure_check(const char *func, const hak_page *page, void *p) {
 #define canary_intact(p, page) 1
 #endif
 
-// Pops the direct page of `cls`, or NULL when it has no free block.
+// Pops the direct page of `cls`, or NULL when it has no free block (or its head fails
+// hak_pop_ok: the slow path reports it).
 static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
-    if (HAK_UNLIKELY(block == NULL)) return NULL;
+    if (HAK_UNLIKELY(!hak_pop_ok(page, block))) return NULL;
     page->free = hak_link_checked(page, block);
     page->used++;
     canary_arm(block, page);
@@ -220,7 +221,7 @@ __attribute__((noreturn)) HAK_COLD void hak_fatal_pointer(const char *func, cons
 static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->direct[cls];
     hak_block *block = page->free;
-    if (block) {
+    if (hak_pop_ok(page, block)) {
         page->free = hak_link_checked(page, block);
         page->used++;
         canary_arm(block, page);

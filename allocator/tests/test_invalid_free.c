@@ -11,6 +11,9 @@
 #include <sys/wait.h>
 
 static long global_word;
+// Where the forged links of the *_BELOW cases point: the program's static data, below the
+// heap (the program's image is mapped low, the allocator's memory high).
+static uintptr_t link_target[4] __attribute__((aligned(64)));
 
 enum invalid_case {
     STACK_POINTER,
@@ -28,6 +31,8 @@ enum invalid_case {
     WRITE_AFTER_FREE,
     HEADER_SMALL,
     HEADER_MID,
+    WRITE_AFTER_FREE_BELOW,
+    REMOTE_CHAIN_BELOW,
     CASE_COUNT
 };
 
@@ -45,13 +50,28 @@ static const char *const case_names[] = {"stack pointer",
                                          "cross-thread double free",
                                          "write after free",
                                          "free(superslab of 64 B block)",
-                                         "free(superslab of 8 KiB block)"};
+                                         "free(superslab of 8 KiB block)",
+                                         "write after free: link below the heap",
+                                         "remote free: link below the heap"};
 // The kind of error the message must name.
 static const char *const case_kinds[] = {
     "invalid pointer",     "invalid pointer", "invalid pointer", "double free",
     "double free",         "double free",     "invalid pointer", "invalid pointer",
     "invalid pointer",     "double free",     "double free",     "double free",
-    "free list corrupted", "invalid pointer", "invalid pointer"};
+    "free list corrupted", "invalid pointer", "invalid pointer", "free list corrupted",
+    "free list corrupted"};
+
+// What a forged link's report names: the fast build finds the forged link itself when the
+// slow path checks it (hak_page_bad_link), the debug and secure builds the block that held
+// it, at the pop that read it.
+static uintptr_t forged_link_report(void *block) {
+#if defined(HAKTEST_DEBUG_BUILD) || defined(HAKTEST_SECURE_BUILD)
+    return (uintptr_t)block;
+#else
+    (void)block;
+    return (uintptr_t)link_target;
+#endif
+}
 
 static void *free_in_thread(void *p) {
     free(p);
@@ -145,6 +165,39 @@ static void commit_invalid_free(enum invalid_case which, int report_fd) {
             (void)again;
         }
         _exit(0);
+    }
+    case WRITE_AFTER_FREE_BELOW: {
+        // As above, the link aimed at the program's static data: every build, the fast one
+        // included, must refuse it (the fast pop's test, then the slow path's full check)
+        // rather than hand out link_target.
+        void *blocks[4];
+        for (int i = 0; i < 4; i++)
+            blocks[i] = malloc(2900);
+        free(blocks[3]);
+        uintptr_t value = forged_link_report(blocks[3]);
+        if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
+        *(volatile uintptr_t *)blocks[3] = (uintptr_t)link_target;
+        for (int i = 0; i < 64; i++)
+            if (malloc(2900) == (void *)link_target) _exit(4); // handed out: not caught
+        _exit(0);
+    }
+    case REMOTE_CHAIN_BELOW: {
+        // A block freed by another thread waits on its page's remote list; a write after free
+        // aims its link at static data. The owner's collect walks that list and writes into
+        // each block: it must refuse the forged link before writing through it.
+        void *block = malloc(64);
+        void *neighbour = malloc(64);
+        (void)neighbour;
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, free_in_thread, block) != 0) _exit(3);
+        pthread_join(thread, NULL);
+        uintptr_t value = forged_link_report(block);
+        if (write(report_fd, &value, sizeof value) != (ssize_t)sizeof value) _exit(3);
+        link_target[1] = 0x5a5a5a5a;
+        *(volatile uintptr_t *)block = (uintptr_t)link_target;
+        for (int i = 0; i < 8192; i++)
+            if (malloc(64) == (void *)link_target) _exit(4);
+        _exit(link_target[1] == 0x5a5a5a5a ? 0 : 5); // 5: the walk wrote into it
     }
     case HEADER_SMALL:
     case HEADER_MID: {
