@@ -606,12 +606,10 @@ static inline hak_page *hak_heap_scan_queue(hak_heap *heap, unsigned cls, uint32
 // remote free of it is recognised (blocks of 16 B and up).
 extern uintptr_t hak_remote_key;
 
-// Pops a block from a page whose free list is not empty (the slow paths). The block is the
-// link the previous pop read, which the fast paths checked only for lying above the page's
-// descriptor: here it is checked in full, in every build.
+// Pops a block from a page whose free list is not empty (the slow paths, each after
+// hak_page_collect, which checked a head it did not set itself).
 static inline void *hak_page_pop(hak_page *page) {
     hak_block *block = page->free;
-    if (HAK_UNLIKELY(!hak_page_slot_holds(page, (uintptr_t)block))) hak_page_bad_link(block);
     page->free = hak_link_checked(page, block);
     page->used++;
     return block;
