@@ -432,10 +432,9 @@ void hak_page_verify_empty(const hak_page *page);
 // every build where a list is walked off the fast path (hak_page_pop, the lean purge, the
 // delayed frees).
 static inline int hak_page_slot_holds(const hak_page *page, uintptr_t p) {
-    uintptr_t ss = (uintptr_t)hak_superslab_of_page(page);
-    return (p & ~(uintptr_t)HAK_SS_MASK) == ss &&
-           hak_page_of((hak_superslab *)ss, p) == page && !(p & page->block_mask) &&
-           (p & HAK_SS_MASK) >= HAK_SS_HEADER_SIZE;
+    unsigned shift = hak_superslab_of_page(page)->page_shift;
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    return !((p ^ start) >> shift) && !(p & page->block_mask) && p >= start;
 }
 // The fast paths' test of the block a pop is about to hand out, in every build: a page's
 // blocks lie above its descriptor (which sits in its superslab's header), so "above the
