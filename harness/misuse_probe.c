@@ -33,8 +33,9 @@
  *
  * Safety: every address the misuse writes as data ("the attacker's choice") is inside
  * `arena`, a static buffer of this program (or, for the `-to-stack` patterns, a buffer in
- * main's frame), so a hijacked malloc hands back memory the probe owns; the probe's own state is static, never on the heap it damages; a CPU-time limit
- * (and alarm()) ends a probe whose allocator loops on a corrupted list. */
+ * main's frame), so a hijacked malloc hands back memory the probe owns; the probe's own state is
+ * static, never on the heap it damages; a CPU-time limit (and alarm()) ends a probe whose allocator
+ * loops on a corrupted list. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
