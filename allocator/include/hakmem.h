@@ -26,6 +26,8 @@ void *hak_memalign(size_t alignment, size_t size);
 void *hak_valloc(size_t size);
 void *hak_pvalloc(size_t size);
 size_t hak_malloc_usable_size(void *ptr);
+// glibc's malloc_trim: gives what libhakmem keeps free back to the kernel now; 1 if it gave any.
+int hak_malloc_trim(size_t pad);
 // C23's sized frees (also free_sized and free_aligned_sized in the interposing builds, which
 // export C++'s operator new and delete in every form too: allocator/src/cxx.c).
 void hak_free_sized(void *ptr, size_t size);

@@ -91,6 +91,19 @@ void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
 }
 
+// malloc_trim: the empty pages the fronts retain go back to their superslabs (whose free slots
+// hak_os_trim then purges).
+void hak_front_trim(hak_heap *heap) {
+    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++)
+        while (heap->spare[cls]) {
+            hak_page *page = heap->spare[cls];
+            heap->spare[cls] = page->next;
+            heap->spare_count[cls]--;
+            page->next = NULL;
+            hak_heap_release_page(heap, page);
+        }
+}
+
 // A page other than its class's current one emptied: retained while the front keeps fewer
 // than max_spare of its class, else given back to its superslab.
 void hak_front_page_emptied(hak_heap *heap, hak_page *page) {

@@ -363,7 +363,7 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
 void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
-void hak_superslab_purge(hak_superslab *ss);
+size_t hak_superslab_purge(hak_superslab *ss); // bytes given back
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 void hak_superslab_reclaim_abandoned(unsigned visits);
@@ -377,12 +377,14 @@ void hak_superslab_fork_child(void);
 #define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
 void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
+size_t hak_large_trim(void);      // malloc_trim: all of them now (bytes given back)
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
 void hak_os_superslab_put(hak_superslab *ss);
 void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
+size_t hak_os_trim(struct hak_heap *heap);
 void hak_os_superslab_unowned(hak_superslab *ss);
 unsigned hak_os_class_affinity(unsigned cls);
 void hak_os_fork_prepare(void);
@@ -628,6 +630,7 @@ extern const hak_front hak_front_smallheap_v3;
 const hak_front *hak_route_for_class(unsigned cls);
 void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_front_page_emptied(hak_heap *heap, hak_page *page);
+void hak_front_trim(hak_heap *heap);
 void hak_route_latch(hak_heap *heap);
 void hak_route_init(void);
 void hak_route_print(void);

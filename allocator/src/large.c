@@ -389,6 +389,29 @@ void hak_large_purge_due(void) {
     hak_lock_release(&large_lock);
 }
 
+// malloc_trim: every cached region not purged yet, and every pending tail, purged now.
+// Returns the bytes.
+size_t hak_large_trim(void) {
+    size_t dropped = 0;
+    hak_lock_acquire(&large_lock);
+    for (unsigned i = 0; i < cache_count; i++)
+        if (cache_due[i]) {
+            dropped += cache_size[i];
+            purge_slot(i);
+        }
+    for (unsigned i = 0; i < tail_count; i++) {
+        hak_large *e = table_find(tail_block[i]);
+        if (e && !e->cached && e->map_size > e->usable) {
+            purge_range(e->block + e->usable, e->map_size - e->usable);
+            dropped += e->map_size - e->usable;
+        }
+    }
+    tail_count = 0;
+    atomic_store_explicit(&cache_next_due, 0, memory_order_relaxed);
+    hak_lock_release(&large_lock);
+    return dropped;
+}
+
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);

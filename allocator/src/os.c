@@ -322,6 +322,28 @@ void hak_os_purge_due(hak_heap *heap) {
     heap->purge_next_ns = next;
 }
 
+// malloc_trim: every resident free page slot of the heap's superslabs (the floor's too) and
+// every cached superslab not decommitted yet go back to the kernel now. Returns the bytes.
+size_t hak_os_trim(hak_heap *heap) {
+    size_t dropped = 0;
+    if (heap) {
+        for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+            for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
+                dropped += hak_superslab_purge(ss);
+        heap->purge_next_ns = 0;
+    }
+    hak_lock_acquire(&cache_lock);
+    for (hak_superslab *ss = cache_first; ss; ss = ss->next) {
+        ss->purge_due_ns = 0;
+        if (!ss->dirty_mask || ss->huge) continue;
+        decommit(ss);
+        dropped += HAK_SS_SIZE - HAK_SS_HEADER_SIZE;
+    }
+    atomic_store_explicit(&cache_purge_next_ns, 0, memory_order_relaxed);
+    hak_lock_release(&cache_lock);
+    return dropped;
+}
+
 void hak_os_fork_prepare(void) {
     hak_lock_acquire(&cache_lock);
 }

@@ -123,11 +123,12 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
 // Gives the memory of the superslab's resident free slots back to the kernel, one madvise per
 // run of adjacent slots (they read as zero afterwards; carving rewrites every link anyway).
 // The header page stays. A huge-page superslab is one page: nothing to give back piecewise.
-void hak_superslab_purge(hak_superslab *ss) {
+size_t hak_superslab_purge(hak_superslab *ss) {
     uint32_t mask = ss->dirty_mask & ss->free_page_mask;
     ss->dirty_mask &= ~mask;
     ss->purge_due_ns = 0;
-    if (ss->huge) return;
+    if (ss->huge) return 0;
+    size_t dropped = 0;
     int saved = errno;
     while (mask) {
         unsigned first = (unsigned)__builtin_ctz(mask);
@@ -141,8 +142,10 @@ void hak_superslab_purge(hak_superslab *ss) {
         madvise(start, (size_t)(stop - start), MADV_DONTNEED);
         hak_stat_add(ss_os, madvise, 1);
         hak_stat_add(ss_os, slot_purge_kb, (size_t)(stop - start) / 1024);
+        dropped += (size_t)(stop - start);
     }
     errno = saved;
+    return dropped;
 }
 
 void hak_superslab_abandon(hak_superslab *ss) {

@@ -443,6 +443,23 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
     return p ? checked_usable_size("malloc_usable_size", p) : 0;
 }
 
+// glibc's malloc_trim gives free memory at the top of its heaps back and madvises free pages
+// inside them; 1 if it released any. Here: the calling thread's retained empty pages and the
+// resident free page slots of its superslabs, the cached empty superslabs and the cached large
+// regions, all now instead of after their purge delays. Other threads' heaps are theirs to
+// touch: their delays still run (10 ms speed-first). `pad` (glibc: bytes left untrimmed at the
+// top of the main heap) has no top to apply to.
+HAK_EXPORT int hak_malloc_trim(size_t pad) {
+    (void)pad;
+    hak_process_init();
+    size_t dropped = hak_large_trim();
+    hak_heap *heap = hak_tls_heap;
+    if (heap == &hak_heap_empty) heap = NULL;
+    if (heap) hak_front_trim(heap);
+    dropped += hak_os_trim(heap);
+    return dropped != 0;
+}
+
 // Sized frees (C23 free_sized and free_aligned_sized, C++ sized delete: cxx.c). The debug
 // build checks the size against the block, as a mismatched delete (through a pointer to the
 // wrong type, of an array as an object) is a bug like an invalid free: it must fit the block,
@@ -600,6 +617,7 @@ void *memalign(size_t alignment, size_t size) HAK_ALIAS(hak_memalign);
 void *valloc(size_t size) HAK_ALIAS(hak_valloc);
 void *pvalloc(size_t size) HAK_ALIAS(hak_pvalloc);
 size_t malloc_usable_size(void *p) HAK_ALIAS(hak_malloc_usable_size);
+int malloc_trim(size_t pad) HAK_ALIAS(hak_malloc_trim);
 void free_sized(void *p, size_t size) HAK_ALIAS(hak_free_sized);
 void free_aligned_sized(void *p, size_t alignment, size_t size) HAK_ALIAS(hak_free_aligned_sized);
 void *__libc_malloc(size_t size) HAK_ALIAS(hak_malloc);

@@ -9,7 +9,8 @@
 // 200000) or T seconds; at the end `ops=N seconds=S seeds=...`.
 //
 // Random sequences of malloc, calloc, realloc, reallocarray, free, posix_memalign,
-// aligned_alloc, memalign, valloc, pvalloc and malloc_usable_size, with sizes drawn to hit
+// aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size and malloc_trim (after which
+// every live block of the stream is checked), with sizes drawn to hit
 // class edges (0, 1, powers of two and multiples of 16 and 4096 +-1, 1 KiB, 8/32/256 KiB,
 // 1-32 MiB) and huge sizes that must fail, valid and invalid alignments, realloc chains
 // across tiny, mid and large sizes and back, and (--threads K) K worker threads that hand
@@ -109,6 +110,7 @@ enum api {
     API_CHECK,
     API_GIVE, // exchange: a block handed to the exchange array
     API_TAKE, // exchange: a block taken from it (allocated by another thread)
+    API_TRIM, // malloc_trim(0), then every live block of the stream checked
     API_COUNT
 };
 
@@ -127,6 +129,7 @@ static const char *const api_names[API_COUNT] = {
     "check",
     "exchange-give",
     "exchange-take",
+    "malloc_trim",
 };
 
 // Shadow of one live block.
@@ -294,7 +297,7 @@ static void report_call(const struct logged_call *c) {
     const char *err = errno_name(c->err);
     if (c->api == API_POSIX_MEMALIGN)
         report_add(" -> rc=%d p=%p errno=%s\n", c->rc, c->out, err);
-    else if (c->api == API_USABLE)
+    else if (c->api == API_USABLE || c->api == API_TRIM)
         report_add(" -> %d\n", c->rc);
     else if (c->api == API_FREE || c->api == API_CHECK || c->api == API_GIVE || c->api == API_TAKE)
         report_add("\n");
@@ -1210,6 +1213,17 @@ static void op_usable(struct stream *s) {
     check_contents(s, r, "after malloc_usable_size");
 }
 
+// malloc_trim(0) gives free memory back to the kernel (in other threads' streams blocks are
+// being allocated and freed meanwhile): it returns 0 or 1, and no live block loses a byte.
+static void op_trim(struct stream *s) {
+    struct logged_call *c = log_call(s, API_TRIM, 0, 0, 0, NULL);
+    int rc = malloc_trim(0);
+    c->rc = rc;
+    if (rc != 0 && rc != 1) fail(s, "trim", "malloc_trim(0) = %d", rc);
+    for (size_t i = 0; i < s->live_count; i++)
+        check_contents(s, record_at(s->live[i]), "after malloc_trim");
+}
+
 static void op_check(struct stream *s) {
     if (s->live_count == 0) return;
     struct record *r = record_at(s->live[live_pick(s)]);
@@ -1426,6 +1440,8 @@ static void step(struct stream *s) {
     } else if (r < 772 && s->live_count > 0) {
         for (size_t i = s->live_count; i-- > 0;) // free about half
             if (next_random(s) % 2) do_free(s, i);
+    } else if (r == 772) {
+        op_trim(s);
     } else if (s->exchanges && r >= 900) {
         op_exchange(s);
     } else if (r % 2) {

@@ -26,6 +26,7 @@
 #define pvalloc            hak_pvalloc
 #define malloc_usable_size hak_malloc_usable_size
 #define cfree              hak_cfree
+#define malloc_trim        hak_malloc_trim
 #endif
 
 #endif

@@ -30,6 +30,9 @@
 //   - C6's odd classes (288, 352, 416, 480 B) start merged into the next in every thread, and
 //     split off once the heap holds more than a page of those sizes, or adopts a page of the
 //     smaller class from an exited thread
+//   - malloc_trim(0) gives back at once what the policies would keep for their delays (the
+//     freed blocks' page slots, the cached superslabs and large regions), says 1 when it gave
+//     any, and 0 when called again with nothing left
 // Bounds that only libhakmem promises are checked only under libhakmem.
 #include "testhelper.h"
 
@@ -856,6 +859,39 @@ static void test_lean_idle_medium_blocks_released(void) {
     pthread_join(thread, NULL);
 }
 
+// 24 MiB of 4 KiB blocks and 8 MiB of 1 MiB blocks, touched and freed: without a trim, the
+// speed-first policy keeps most of it resident for its delays (so that a program that frees
+// and allocates again does not fault it back in); malloc_trim(0) gives it back now. glibc
+// trims its own heap top at free already: there only the call itself is checked.
+#define TRIM_SMALL 6144
+static void *trim_blocks[TRIM_SMALL + 8];
+static void test_malloc_trim(void) {
+    if (!allocator_has_glibc_semantics()) return; // elsewhere malloc_trim is glibc's, idle
+    malloc_trim(0);
+    size_t base = resident_now();
+    for (int i = 0; i < TRIM_SMALL + 8; i++) {
+        trim_blocks[i] = malloc(i < TRIM_SMALL ? 4 * KiB : MiB);
+        if (!CHECK(trim_blocks[i] != NULL)) return;
+        memset(trim_blocks[i], 0x6b, i < TRIM_SMALL ? 4 * KiB : MiB);
+    }
+    for (int i = 0; i < TRIM_SMALL + 8; i++)
+        free(trim_blocks[i]);
+    size_t high = resident_now();
+    int released = malloc_trim(0);
+    size_t low = resident_now();
+    int again = malloc_trim(0);
+    printf("malloc_trim: resident %zu KiB before the blocks, %zu KiB after their frees, %zu KiB "
+           "after the trim (returned %d, then %d)\n",
+           base / KiB, high / KiB, low / KiB, released, again);
+    CHECK(released == 0 || released == 1);
+    if (!allocator_is_hakmem()) return;
+#ifndef __SANITIZE_THREAD__ // ThreadSanitizer's shadow of the written blocks stays resident
+    CHECK(low <= base + 4 * MiB);
+#endif
+    if (high > low + 2 * MiB) CHECK(released == 1);
+    CHECK(again == 0);
+}
+
 int main(void) {
     printf("allocator: %s\n", allocator_name());
 #ifdef HAKTEST_SECURE_BUILD
@@ -886,6 +922,7 @@ int main(void) {
     test_lean_reused_region_tail_released();
     test_abandoned_slots_purged_after_delay();
     test_lean_idle_medium_blocks_released();
+    test_malloc_trim();
     test_full_large_cache_keeps_the_block_freed_now(); // last: it leaves the cache full
     return test_summary();
 }
