@@ -141,6 +141,30 @@ if have perl; then
     run_checked perl "181296 11211 w1a21e w61ee4 w8cecc" "perl -e '$perl_script'"
 else skip perl perl; fi
 
+# node: V8's own heap sits in its mmaps, but its zlib, buffers and strings' backing stores go
+# through malloc: object churn, then a 10 MB buffer gzipped and back.
+node_script='let a = []; for (let i = 0; i < 2e6; i++) { a.push({x: i, s: "v" + i}); if (a.length > 1e5) a = []; }
+const zlib = require("zlib"); const b = zlib.gzipSync(Buffer.alloc(1e7, 7));
+console.log(a.length, b.length, zlib.gunzipSync(b).length);'
+if have node; then
+    run_checked node "99981 9751 10000000" "node -e '$node_script'"
+else skip node node; fi
+
+# java: the JVM's threads (compiler, GC, a pool of 4 workers building strings) and its native
+# zlib all call malloc; the JVM also relies on signals (SIGSEGV for null checks) beside it.
+java_source='import java.util.*; import java.util.concurrent.*;
+public class T { public static void main(String[] a) throws Exception {
+  ExecutorService ex = Executors.newFixedThreadPool(4); List<Future<Long>> fs = new ArrayList<>();
+  for (int t = 0; t < 8; t++) { final int s = t; fs.add(ex.submit(() -> { long h = 0;
+    for (int i = 0; i < 300000; i++) { String x = ("k" + i + s).repeat(3); h += x.hashCode(); } return h; })); }
+  long h = 0; for (Future<Long> f : fs) h += f.get(); ex.shutdown(); System.out.println(h);
+  java.util.zip.Deflater d = new java.util.zip.Deflater(); d.setInput(new byte[5_000_000]); d.finish();
+  System.out.println(d.deflate(new byte[100000])); } }'
+if have java; then
+    printf '%s\n' "$java_source" >"$work/T.java"
+    run_checked java "$(printf '%s\n%s' 120534972352 4880)" "java T.java"
+else skip java java; fi
+
 if [ ${#failures[@]} -ne 0 ]; then
     echo "preload_programs: FAILED: ${failures[*]}"
     exit 1
