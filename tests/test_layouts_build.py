@@ -77,9 +77,13 @@ def mnemonics(library: Path) -> dict[str, list[str]]:
         if head:
             current = found.setdefault(head.group(1), [])
         elif current is not None and re.match(r"^\s+[0-9a-f]+:\t", line):
-            mnemonic = line.split("\t")[1].split()[0]
-            if not mnemonic.startswith("nop") and mnemonic not in ("cs", "data16"):
-                current.append(mnemonic)  # nops: the padding to the next function's alignment
+            fields = line.split("\t")[1].split()
+            mnemonic = fields[0]
+            # nops: the padding to the next function's alignment (`xchg %ax,%ax` is the
+            # two-byte one, 66 90)
+            padding = mnemonic.startswith("nop") or mnemonic in ("cs", "data16")
+            if not padding and fields != ["xchg", "%ax,%ax"]:
+                current.append(mnemonic)
     return found
 
 
