@@ -60,9 +60,9 @@ void hak_page_collect(hak_page *page) {
     if (page->free == NULL) {
         page->free = page->local_free;
         page->local_free = NULL;
-    } else if (HAK_UNLIKELY(!hak_page_slot_holds(page, (uintptr_t)page->free))) {
-        // A head left by a pop is a link the fast pop tested only for lying above the page's
-        // descriptor (hak_pop_ok): the slow paths pop it only after this full check.
+    } else if (HAK_UNLIKELY(!hak_pop_ok(page, page->free))) {
+        // A head left by a pop is a link nobody tested yet; the fast pop that found it below
+        // the page's descriptor (hak_pop_ok) sent it here. Every slow pop follows a collect.
         hak_page_bad_link(page->free);
     }
     uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
