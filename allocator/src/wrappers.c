@@ -30,9 +30,7 @@
 static inline uintptr_t *canary_of(void *p, const hak_page *page) {
     return (uintptr_t *)((char *)p + page->block_size) - 1;
 }
-static inline uintptr_t canary_value(const void *p) {
-    return hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u);
-}
+#define canary_value hak_canary_value
 static inline void canary_arm(void *p, const hak_page *page) {
     *canary_of(p, page) = canary_value(p);
 }

@@ -279,8 +279,37 @@ static void run_case(enum invalid_case which) {
            length ? text : "(nothing)\n");
 }
 
+#ifdef HAKTEST_SECURE_BUILD
+#define HAK_SECURE
+#include "../src/internal.h"
+// The secure build's tail canary: its first byte, the one an off-by-one write past the block
+// hits (a NUL, in the classic strcpy bug), must never be 0, whatever the process's key, or
+// that write passes unnoticed for the keys whose low byte is 0. The key is swapped only
+// between two points where this thread neither allocates nor frees (no block's canary or link
+// is computed meanwhile), and the function is the one the library inlines.
+static void test_canary_first_byte_never_zero(void) {
+    static const uintptr_t keys[] = {0, 0x100, 0x123456789abcde00u, ~(uintptr_t)0xff};
+    static const uintptr_t addresses[] = {0x7f0000000000u, 0x7f0000001000u, 0x7f0000000100u,
+                                          0x7f0000000030u, 0x7f00001ff000u, 0x7fffffffe000u};
+    uintptr_t saved = hak_link_key;
+    unsigned zero = 0;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        hak_link_key = keys[k];
+        for (size_t a = 0; a < sizeof addresses / sizeof addresses[0]; a++)
+            zero += (hak_canary_value((const void *)addresses[a]) & 0xff) == 0;
+    }
+    hak_link_key = saved;
+    printf("canary first byte 0 for %u of %zu keys x addresses\n", zero,
+           sizeof keys / sizeof keys[0] * (sizeof addresses / sizeof addresses[0]));
+    CHECK(zero == 0);
+}
+#endif
+
 int main(void) {
     printf("allocator: %s\n", allocator_name());
+#ifdef HAKTEST_SECURE_BUILD
+    test_canary_first_byte_never_zero();
+#endif
     if (!allocator_is_hakmem()) {
         printf("skipped: only libhakmem promises an abort with a message naming the pointer\n");
         return test_summary();
