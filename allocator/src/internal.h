@@ -437,9 +437,9 @@ static inline int hak_page_mark_full(hak_page *page) {
 int hak_page_has_free_block(const hak_page *page, const hak_block *block);
 void hak_page_verify_empty(const hak_page *page);
 // Could `p` be a block of `page`: in the page's slot of its superslab, past the superslab
-// header, aligned as the page's blocks are. What the secure build checks at every pop, and
-// every build where a list is walked off the fast path (hak_page_pop, the lean purge, the
-// delayed frees).
+// header, aligned as the page's blocks are. What the secure build checks at every pop
+// (hak_link_checked, with the block known to be in the slot), and every build where a walk
+// writes through the links of any page (the lean purge, the delayed frees).
 static inline int hak_page_slot_holds(const hak_page *page, uintptr_t p) {
     unsigned shift = hak_superslab_of_page(page)->page_shift;
     uintptr_t start = (uintptr_t)hak_page_start(page);
@@ -449,9 +449,9 @@ static inline int hak_page_slot_holds(const hak_page *page, uintptr_t p) {
 // blocks lie above its descriptor (which sits in its superslab's header), so "above the
 // descriptor" is one compare, the same as the NULL test it replaces. An empty list, and a link
 // that a write after free or an overflow aimed below the heap (the program's image, its data
-// and GOT, the brk heap, anything mapped after the superslab), both take the slow path, which
-// tells the two apart and checks the link in full before anything follows it (hak_page_pop).
-// A link aimed above the heap passes it; the secure build checks every link in full.
+// and GOT, the brk heap, anything mapped after the superslab), both take the slow path, whose
+// collect tells the two apart (hak_page_collect) before any slow pop follows the link. A link
+// aimed above the heap passes it; the secure build checks every link in full.
 static inline int hak_pop_ok(const hak_page *page, const hak_block *block) {
     return (uintptr_t)block > (uintptr_t)page;
 }

@@ -334,14 +334,15 @@ static void purge_slot(unsigned i) {
 // as zero when reused) and the lean policy's tails that are due. Under the lock, so no thread takes
 // a region while its pages are being dropped; it runs only when a deadline has passed (the clock is
 // read only then), a few times a second at most in a program that keeps freeing large blocks.
-static void purge_due_locked(void) {
-    uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
-    if (!due) return;
-    uint64_t now = hak_coarse_now_ns(), next = 0;
-    if (now < due) return;
+// purge_until(now) does it for the deadlines up to `now` (malloc_trim: all of them) and
+// returns the bytes.
+static size_t purge_until(uint64_t now) {
+    uint64_t next = 0;
+    size_t dropped = 0;
     for (unsigned i = 0; i < cache_count; i++) {
         if (!cache_due[i]) continue;
         if (cache_due[i] <= now) {
+            dropped += cache_size[i];
             purge_slot(i);
         } else if (!next || cache_due[i] < next) {
             next = cache_due[i];
@@ -356,13 +357,23 @@ static void purge_due_locked(void) {
         // The block may have been freed or resized since: what lies beyond its usable size now,
         // while it is live, is purged (a freed region is cached with a deadline of its own).
         hak_large *e = table_find(tail_block[i]);
-        if (e && !e->cached && e->map_size > e->usable)
+        if (e && !e->cached && e->map_size > e->usable) {
             purge_range(e->block + e->usable, e->map_size - e->usable);
+            dropped += e->map_size - e->usable;
+        }
         tail_count--;
         tail_block[i] = tail_block[tail_count];
         tail_due[i] = tail_due[tail_count];
     }
     atomic_store_explicit(&cache_next_due, next, memory_order_relaxed);
+    return dropped;
+}
+
+static void purge_due_locked(void) {
+    uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
+    if (!due) return;
+    uint64_t now = hak_coarse_now_ns();
+    if (now >= due) purge_until(now);
 }
 
 // Lean policy: block e took a cached region whole; what lies beyond it is purged when the region
@@ -392,22 +403,8 @@ void hak_large_purge_due(void) {
 // malloc_trim: every cached region not purged yet, and every pending tail, purged now.
 // Returns the bytes.
 size_t hak_large_trim(void) {
-    size_t dropped = 0;
     hak_lock_acquire(&large_lock);
-    for (unsigned i = 0; i < cache_count; i++)
-        if (cache_due[i]) {
-            dropped += cache_size[i];
-            purge_slot(i);
-        }
-    for (unsigned i = 0; i < tail_count; i++) {
-        hak_large *e = table_find(tail_block[i]);
-        if (e && !e->cached && e->map_size > e->usable) {
-            purge_range(e->block + e->usable, e->map_size - e->usable);
-            dropped += e->map_size - e->usable;
-        }
-    }
-    tail_count = 0;
-    atomic_store_explicit(&cache_next_due, 0, memory_order_relaxed);
+    size_t dropped = purge_until(UINT64_MAX);
     hak_lock_release(&large_lock);
     return dropped;
 }

@@ -30,19 +30,18 @@
 static inline uintptr_t *canary_of(void *p, const hak_page *page) {
     return (uintptr_t *)((char *)p + page->block_size) - 1;
 }
-#define canary_value hak_canary_value
 static inline void canary_arm(void *p, const hak_page *page) {
-    *canary_of(p, page) = canary_value(p);
+    *canary_of(p, page) = hak_canary_value(p);
 }
 // The free fast path's test: a block whose canary is not intact (or that is no block start at
 // all) goes to the slow path, which checks it in full and reports which it is. The canary is
 // read only where the block would end inside its superslab.
 static inline int canary_intact(void *p, const hak_page *page) {
     uintptr_t offset = (uintptr_t)p & HAK_SS_MASK;
-    return offset + page->block_size <= HAK_SS_SIZE && *canary_of(p, page) == canary_value(p);
+    return offset + page->block_size <= HAK_SS_SIZE && *canary_of(p, page) == hak_canary_value(p);
 }
 static void secure_check(const char *func, const hak_page *page, void *p) {
-    if (HAK_UNLIKELY(*canary_of(p, page) != canary_value(p)))
+    if (HAK_UNLIKELY(*canary_of(p, page) != hak_canary_value(p)))
         hak_fatal_pointer(func, "heap overflow past the end of", p);
 }
 #else
