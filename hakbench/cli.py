@@ -51,12 +51,28 @@ def main():
     """Allocator lab: run cells, judge A/B experiments, build scorecards, soak."""
 
 
+def _suite_dir_option() -> click.Option:
+    """``--suite-dir``, on every command: the public suite's checkout (hakbench.core.suites)."""
+    from hakbench.core import suites
+
+    return click.Option(
+        ["--suite-dir"],
+        type=click.Path(file_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=lambda ctx, param, value: suites.configure(value),
+        help=f"mimalloc-bench checkout for its workloads (-w @mimalloc-bench) [default: "
+        f"${suites.ENV_VAR}, else `make suites`' clone]",
+    )
+
+
 def _register() -> None:
     from hakbench import commands
 
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"hakbench.commands.{info.name}")
         for cmd in getattr(module, "COMMANDS", []):
+            cmd.params.append(_suite_dir_option())
             main.add_command(cmd)
 
 

@@ -58,7 +58,8 @@ def _print_table(header, rows) -> None:
     "--max-time",
     type=click.FloatRange(min=0, min_open=True),
     help="sequential: seconds for the call's pairs (warm-ups included); workloads still "
-    f"undecided then end INCONCLUSIVE [default: {ab_spec.DEFAULT_MAX_TIME_S:g}]",
+    f"undecided then end INCONCLUSIVE [default: {ab_spec.DEFAULT_MAX_TIME_S:g}, or the "
+    "sum of the workloads' own budgets when larger (profiles/suites/)]",
 )
 @click.option(
     "--iters",
@@ -210,7 +211,7 @@ def ab_cmd(
         baseline_variant=baseline_variant,
         workloads=tuple(workloads) or ab_spec.DEFAULT_WORKLOADS,
         pairs=runs,
-        max_time_s=ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time,
+        max_time_s=ab_plan.default_max_time(workloads) if max_time is None else max_time,
         iters=iters,
         warmup_pairs=warmup,
         threshold_pct=threshold,

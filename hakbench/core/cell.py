@@ -25,6 +25,7 @@ from hakbench.core.profiles import (
     resolve_workload,
     validate_env,
 )
+from hakbench.core.suites import bind_workload
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +103,7 @@ def make_cell(
     """Resolve names into a Cell; unknown names and unknown ``HAKMEM_*`` raise UsageError."""
     alloc = resolve_allocator(allocator, variant, build)
     wl = workload if isinstance(workload, Workload) else resolve_workload(workload)
+    wl = bind_workload(wl)  # a public suite's program: its checkout and build filled in
     profile_env: dict = {}
     profile_name = None
     if profile:

@@ -14,6 +14,8 @@ A command workload is a table with ``kind = "command"``::
     timeout = 60                             # optional: seconds, overrides the caller's
     measure = "wall"                         # "wall" (default) | "cpu" | a regex table
     check = { output = "stdout", substitute = [["[0-9.]+ ms", "N ms"]] }
+    guardrails = ["maxrss_kb", "page_faults"]   # optional: judged beside the primary
+    budget = 60                              # optional: seconds of A/B pairs it needs
 
 ``measure``: ``"wall"`` judges the process's wall time (metric ``wall_s``), ``"cpu"`` its
 user + system time with every reaped child (``cpu_s``), and ``{ regex = "...", kind =
@@ -21,6 +23,10 @@ user + system time with every reaped child (``cpu_s``), and ``{ regex = "...", k
 ``app_time_s``, lower is better). ``check``: the program's stdout, or a file it writes
 (a path relative to ``{dir}``), after the ``substitute`` regex replacements, must hash to
 what the same workload printed under glibc; no ``check`` means no output check.
+``guardrails``: the metrics an A/B judges beside the primary one (default: every metric of
+hakbench.core.metrics.GUARDRAILS the run has). ``budget``: the seconds of interleaved pairs
+the workload needs to reach a verdict here; ``ab``'s default ``--max-time`` is the sum over
+the workloads asked for (at least its usual default).
 
 A server workload adds ``server`` (the measured process: preloaded, its rusage and RSS
 recorded), ``ready`` (a command run until it exits 0, with ``ready_expect`` in its stdout)
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 
 from hakbench.core.errors import UsageError
 from hakbench.core.inputs import check_input_spec
+from hakbench.core.metrics import GUARDRAILS
 
 MEASURES = {"wall": "wall_s", "cpu": "cpu_s"}
 REGEX_KINDS = {"rate": "app_rate", "time": "app_time_s"}
@@ -56,6 +63,8 @@ KEYS = {
     "ready",
     "ready_expect",
     "stop",
+    "guardrails",
+    "budget",
 }
 PLACEHOLDERS = ("{input}", "{dir}", "{port}")
 
@@ -76,6 +85,21 @@ class CommandSpec:
     ready: tuple[str, ...] | None = None
     ready_expect: str = ""
     stop: tuple[str, ...] | None = None
+    guardrails: tuple[str, ...] | None = None  # None: hakbench.core.metrics.GUARDRAILS
+    budget: float | None = None  # seconds of A/B pairs this workload needs
+
+    def parse_metric(self, output: str) -> float | None:
+        """The number the measure regex captures in the program's output (its first match;
+        thousands separators dropped); None without a regex or a match."""
+        if not self.regex:
+            return None
+        m = re.search(self.regex, output, re.MULTILINE)
+        if not m:
+            return None
+        try:
+            return float(m.group(1).replace(",", ""))
+        except ValueError:
+            return None
 
     @property
     def uses_port(self) -> bool:
@@ -164,6 +188,14 @@ def parse_command(table: dict, where: str) -> CommandSpec:
         ):
             raise UsageError(f"{where}: check.substitute must be a list of [regex, replacement]")
         substitute = tuple((_regex(p, where), r) for p, r in pairs)
+    guardrails = table.get("guardrails")
+    if guardrails is not None and (
+        not isinstance(guardrails, list) or not all(g in GUARDRAILS for g in guardrails)
+    ):
+        raise UsageError(f"{where}: guardrails must be a list of {', '.join(GUARDRAILS)}")
+    budget = table.get("budget")
+    if budget is not None and (not isinstance(budget, int | float) or budget <= 0):
+        raise UsageError(f"{where}: budget must be a positive number of seconds")
     server = table.get("server")
     server_keys = [k for k in ("server", "ready", "stop") if k in table]
     if server_keys and len(server_keys) != 3:
@@ -185,6 +217,8 @@ def parse_command(table: dict, where: str) -> CommandSpec:
         ready=_argv(table["ready"], "ready", where) if server else None,
         ready_expect=str(table.get("ready_expect", "")),
         stop=_argv(table["stop"], "stop", where) if server else None,
+        guardrails=tuple(guardrails) if guardrails is not None else None,
+        budget=float(budget) if budget is not None else None,
     )
     texts = [*spec.argv, spec.stdin or "", spec.cwd, *(spec.server or ())]
     if any("{input}" in t for t in texts) and spec.input is None:

@@ -6,7 +6,8 @@ has ``program``, ``args``, ``description``, optional ``threads`` and ``iters_fla
 argument that sets the iteration count, zeroed for a start-up-only run); a command workload
 (``kind = "command"``, a real program) is described in hakbench.core.commandspec. Any workload
 may list ``groups``; ``-w @NAME`` stands for every workload in group NAME (``expand_workloads``).
-Names match case-insensitively.
+Names match case-insensitively. A public suite's programs are command workloads declared in
+``profiles/suites/<suite>.toml`` beside workloads.toml (``load_suite_workloads``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 import subprocess
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -56,6 +58,7 @@ class Workload:
     iters_flag: str | None = None
     groups: tuple[str, ...] = ()
     command: CommandSpec | None = None  # a command workload (a real program), else harness
+    suite: str | None = None  # the public suite whose built program this runs (core.suites)
 
     @property
     def primary_metric(self) -> str:
@@ -200,10 +203,59 @@ def parse_workload(name: str, w, where: str) -> Workload:
 
 
 def load_workloads(path: Path | None = None) -> dict[str, Workload]:
+    """workloads.toml's workloads, then those of every suite in ``suites/`` beside it."""
     path = path or paths.profiles_dir() / "workloads.toml"
-    return {
-        name.lower(): parse_workload(name, w, str(path)) for name, w in _load_toml(path).items()
-    }
+    out = {name.lower(): parse_workload(name, w, str(path)) for name, w in _load_toml(path).items()}
+    for suite_file in sorted((path.parent / "suites").glob("*.toml")):
+        for name, w in load_suite_workloads(suite_file).items():
+            if name in out:
+                raise UsageError(f"{suite_file}: workload '{name}' is already defined")
+            out[name] = w
+    return out
+
+
+def machine_procs() -> int:
+    """The CPUs this process may run on (``nproc``): what mimalloc-bench's bench.sh calls
+    ``procs`` and scales its thread counts by."""
+    return len(os.sched_getaffinity(0))
+
+
+def _with_procs(value, procs: int):
+    if isinstance(value, str):
+        return value.replace("{procs}", str(procs))
+    if isinstance(value, list):
+        return [_with_procs(v, procs) for v in value]
+    return value
+
+
+def load_suite_workloads(path: Path, procs: int | None = None) -> dict[str, Workload]:
+    """A suite file: ``[suite]`` (``name``, ``description``, ``repo``, ``commit``) and one
+    ``[workloads.NAME]`` command workload per program. Their argv may use ``{suite}`` (the
+    checkout) and ``{suite_build}`` (the lab's build of it), bound when a cell is made
+    (hakbench.core.suites.bind_workload), and ``{procs}``, replaced here by the machine's
+    CPU count (``threads = "{procs}"`` too). Every workload joins the group named after the
+    suite."""
+    data = _load_toml(path)
+    head = data.get("suite")
+    if not isinstance(head, dict) or not isinstance(head.get("name"), str):
+        raise UsageError(f"{path}: a suite file needs [suite] with a name")
+    unknown = sorted(set(data) - {"suite", "workloads"})
+    if unknown:
+        raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)}; known: suite, workloads")
+    suite = head["name"].lower()
+    procs = procs or machine_procs()
+    out = {}
+    for name, w in data.get("workloads", {}).items():
+        if not isinstance(w, dict) or w.get("kind", "command") != "command":
+            raise UsageError(f"{path}: workload '{name}' must be a command workload table")
+        table = {k: _with_procs(v, procs) for k, v in w.items()}
+        table["kind"] = "command"
+        if table.get("threads") == str(procs):
+            table["threads"] = procs
+        table["groups"] = [suite, *[g for g in table.get("groups", []) if g != suite]]
+        wl = parse_workload(name, table, str(path))
+        out[wl.name] = dataclasses.replace(wl, suite=suite)
+    return out
 
 
 def workload_groups(workloads: Mapping[str, Workload]) -> dict[str, list[str]]:

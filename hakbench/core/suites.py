@@ -21,6 +21,11 @@ Stable API (other modules and the misuse probes rely on it; keep the signatures)
   failed configure or build raises ``SuiteBuildError`` naming the log.
 - ``suite_info(suite_dir) -> dict``: what ``meta.json`` records (path, commit, build dir,
   targets skipped).
+- ``configure(explicit)``: what the commands' ``--suite-dir`` option sets for the rest of
+  the process; ``resolve_suite_dir(None)`` then returns it (an explicit argument still wins).
+- ``bind_workload(workload) -> Workload``: a suite workload with ``{suite}`` and
+  ``{suite_build}`` replaced by the checkout and its build (built here on first use);
+  other workloads unchanged. ``used_suites()``: the suites bound so far, for meta.json.
 
 Exceptions: ``SuiteError`` (base, a ``HakbenchError``); ``SuiteMissingError`` (exit code
 5, ``EXIT_SUITE``: no usable checkout); ``SuiteBuildError`` (exit code 3: cmake failed).
@@ -39,6 +44,7 @@ also work but tells the suite's CMake it is on another platform.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -135,8 +141,21 @@ def _check_checkout(path: Path, source: str) -> Path:
     return path.resolve()
 
 
+_CONFIGURED: dict = {"explicit": None}
+_USED: dict = {}  # suite name -> suite_info of the checkout bound in this process
+
+
+def configure(explicit: str | os.PathLike | None) -> None:
+    """Set the checkout ``--suite-dir`` names for the rest of the process (None: unset).
+    Called as each command starts, it also forgets the suites bound before."""
+    _CONFIGURED["explicit"] = str(explicit) if explicit else None
+    _USED.clear()
+
+
 def resolve_suite_dir(explicit: str | os.PathLike | None = None) -> Path:
-    """The checkout: ``explicit`` > ``$HAKBENCH_MIMALLOC_BENCH`` > ``make suites``' clone."""
+    """The checkout: ``explicit`` > ``--suite-dir`` (``configure``) > ``$HAKBENCH_MIMALLOC_BENCH``
+    > ``make suites``' clone."""
+    explicit = explicit or _CONFIGURED["explicit"]
     if explicit:
         return _check_checkout(Path(explicit).expanduser(), "--suite-dir")
     env = os.environ.get(ENV_VAR)
@@ -293,3 +312,46 @@ def suite_info(suite_dir: str | os.PathLike, build: Path | None = None) -> dict:
         info["build_dir"] = str(build)
         info["skipped_targets"] = skipped_targets(build)
     return info
+
+
+PLACEHOLDERS = ("{suite}", "{suite_build}")
+
+
+def _expand(text: str | None, values: dict) -> str | None:
+    if text is None:
+        return None
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text
+
+
+def bind_workload(workload):
+    """``workload`` with its suite's paths filled in (the suite built on first use)."""
+    cmd = workload.command
+    if workload.suite is None or cmd is None:
+        return workload
+    texts = [*cmd.argv, cmd.stdin or "", cmd.cwd]
+    if not any(p in t for t in texts for p in PLACEHOLDERS):
+        return workload
+    if workload.suite != NAME:
+        raise SuiteMissingError(f"unknown suite '{workload.suite}' (known: {NAME})")
+    suite_dir = resolve_suite_dir(None)
+    build = ensure_built(suite_dir)
+    values = {"suite_build": build, "suite": suite_dir}
+    argv = tuple(_expand(a, values) for a in cmd.argv)
+    if not Path(argv[0]).is_file():
+        skipped = ", ".join(skipped_targets(build)) or "none"
+        raise SuiteBuildError(
+            f"{workload.name}: {argv[0]} was not built from {suite_dir} (targets skipped: "
+            f"{skipped}); see {build / 'hakbench-build.log'}"
+        )
+    _USED[NAME] = suite_info(suite_dir, build)
+    bound = dataclasses.replace(
+        cmd, argv=argv, stdin=_expand(cmd.stdin, values), cwd=_expand(cmd.cwd, values)
+    )
+    return dataclasses.replace(workload, command=bound, program=argv[0], args=argv)
+
+
+def used_suites() -> dict:
+    """suite name -> suite_info of every suite a workload was bound to in this process."""
+    return dict(_USED)

@@ -254,13 +254,10 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         sample["signal"] = report["signal"] or None
     sample["unavailable"] = list(UNAVAILABLE)
     if spec.regex:
-        m = re.search(spec.regex, output.decode(errors="replace"), re.MULTILINE)
-        if m:
-            try:
-                sample["metrics"][spec.metric] = float(m.group(1).replace(",", ""))
-            except ValueError:
-                m = None
-        if not m and error is None:
+        value = spec.parse_metric(output.decode(errors="replace"))
+        if value is not None:
+            sample["metrics"][spec.metric] = value
+        elif error is None:
             error = f"measure regex {spec.regex!r} matched nothing"
     if checked is not None:
         sample["output_sha256"] = normalised_hash(checked, spec.substitute)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hakbench import __version__
 from hakbench.collect.perfstat import probe_perf
-from hakbench.core import paths
+from hakbench.core import paths, suites
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str | None:
@@ -91,6 +91,24 @@ def fingerprint(m: dict | None = None) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+def reference_packages() -> dict:
+    """Debian package -> installed version of every reference allocator (None: absent)."""
+    from hakbench.core.allocators import REFERENCES
+
+    pkgs = [pkg for _, pkg in REFERENCES.values()]
+    try:  # exit status 1 when one is not installed: the others are still printed
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *pkgs],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return {pkg: found.get(pkg) for pkg in pkgs}
+
+
 def build_info(variant: str | None, build: Path | None = None) -> dict:
     """Flags the allocator's Makefile recorded for a variant, when it recorded them."""
     if not variant:
@@ -135,7 +153,11 @@ def collect_meta(command: list[str] | str | None = None, **extra) -> dict:
         "overcommit_memory": _read("/proc/sys/vm/overcommit_memory"),
         "perf": probe_perf(),
         "valgrind": _run(["valgrind", "--version"]),
+        "reference_packages": reference_packages(),
     }
+    used = suites.used_suites()
+    if used:  # the public suites whose programs this run's cells were bound to
+        meta["suites"] = used
     meta.update(build_info(extra.get("variant")))
     meta.update(extra)
     return meta

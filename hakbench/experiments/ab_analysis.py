@@ -121,14 +121,28 @@ def primaries(cells: dict, metric: str) -> dict:
     return {w: m for w, m in judged.items() if m != metric}
 
 
-def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None):
+def guardrails_of(cells: dict) -> dict:
+    """workload -> the guardrails its definition states (command workloads that list
+    ``guardrails``); the others are judged on every metric of GUARDRAILS."""
+    return {
+        w: a.workload.command.guardrails
+        for w, (a, _) in cells.items()
+        if a.workload.command is not None and a.workload.command.guardrails is not None
+    }
+
+
+def analyse(
+    samples: list[dict], workloads: list[str], spec: ABSpec, own_primary=None, guardrails=None
+):
     """Comparisons of every metric both sides have; primary and guardrails judged.
 
     ``own_primary``: workload -> metric for workloads judged on their own metric (command
-    workloads); their roles are keyed ``(workload, metric)``, the others' by metric."""
+    workloads); their roles are keyed ``(workload, metric)``, the others' by metric.
+    ``guardrails``: workload -> its own guardrail metrics (``guardrails_of``)."""
     comparisons = []
     roles: dict = {}
     own_primary = own_primary or {}
+    guardrails = guardrails or {}
     if spec.metric == "instructions":
         roles["ir_per_op"] = "primary"
         for w in workloads:
@@ -158,7 +172,8 @@ def analyse(samples: list[dict], workloads: list[str], spec: ABSpec, own_primary
                 for a, b in pairs
                 if m in a["metrics"] and m in b["metrics"]
             ]
-            role = "primary" if m == primary else "guardrail" if m in GUARDRAILS else "info"
+            judged = guardrails.get(w, GUARDRAILS)
+            role = "primary" if m == primary else "guardrail" if m in judged else "info"
             roles[(w, m) if w in own_primary else m] = role
             comparisons.append(
                 st.compare_paired(
@@ -211,7 +226,7 @@ def judge_run(
     ended it (else a fixed count judged with the layout spread in, when its pairs drew
     layouts, and its pairs needed); NOT-ENGAGED and FAILED override it."""
     own = primaries(cells, spec.metric)
-    comparisons, roles = analyse(samples, list(cells), spec, own)
+    comparisons, roles = analyse(samples, list(cells), spec, own, guardrails_of(cells))
     failures = failures_by_workload(samples, list(cells), spec)
     k_primary = sum(
         roles.get((c.workload, c.metric), roles.get(c.metric)) == "primary" for c in comparisons

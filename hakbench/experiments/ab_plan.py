@@ -20,6 +20,7 @@ from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
 from hakbench.engine.schedule import ab_schedule
 from hakbench.experiments.ab_spec import (
+    DEFAULT_MAX_TIME_S,
     DEFAULT_PAIRS,
     DEFAULT_WORKLOADS,
     PERF_MODES,
@@ -351,3 +352,12 @@ def layout_note(spec: ABSpec, cells: dict) -> str:
                 "read up to +-0.7 % here); --layouts 4 draws it at random"
             )
     return ""
+
+
+def default_max_time(workloads) -> float:
+    """ab's budget when --max-time is not given: the sum of the workloads' own ``budget``
+    (a public suite's programs state theirs), at least DEFAULT_MAX_TIME_S."""
+    names = expand_workloads(workloads or DEFAULT_WORKLOADS)
+    own = [resolve_workload(w).command for w in names]
+    total = sum(c.budget for c in own if c is not None and c.budget)
+    return max(DEFAULT_MAX_TIME_S, total)
