@@ -235,13 +235,16 @@ int main(int argc, char **argv) {
 
     hb_rng main_rng;
     hb_rng_seed_stream(&main_rng, seed, 0, 0);
-    uint64_t checksum = HB_CHECKSUM_INIT, thread_sum = 0, main_ops = 0;
+    uint64_t checksum = HB_CHECKSUM_INIT, thread_sum = 0, main_ops = 0, started = 0;
     hb_timer timer; /* one chunk: no loop of like parts */
     hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t round = 0; round < rounds; round++) {
         for (uint64_t t = 0; t < threads; t++) {
             workers[t] = (churn_thread){.c = &c, .index = t, .round = round};
-            if (t >= main_works) hb_start_thread(&workers[t].thread, run_thread, &workers[t]);
+            if (t >= main_works) {
+                hb_start_thread(&workers[t].thread, run_thread, &workers[t]);
+                started++;
+            }
         }
         if (main_works) run_thread(&workers[0]); /* main is thread 0, as in mstress */
         for (uint64_t t = 0; t < threads; t++) {
@@ -277,9 +280,10 @@ int main(int argc, char **argv) {
                                 hb_checksum_finish(thread_sum + hb_checksum_finish(checksum)));
     printf("mallocs=%" PRIu64 "\nthreads=%" PRIu64 "\nrounds=%" PRIu64 "\nscale=%" PRIu64
            "\ntransfer=%" PRIu64 "\nbig_percent=%" PRIu64 "\nhandoff_percent=%" PRIu64
-           "\nmain_works=%" PRIu64 "\nsame_rounds=%" PRIu64 "\nseed=%" PRIu64 "\n",
+           "\nmain_works=%" PRIu64 "\nsame_rounds=%" PRIu64 "\nthreads_started=%" PRIu64
+           "\nseed=%" PRIu64 "\n",
            atomic_load(&c.mallocs), threads, rounds, scale, transfer, big_percent, handoff_percent,
-           main_works, same_rounds, seed);
+           main_works, same_rounds, started, seed);
     hb_flush_stdout();
     return 0;
 }
