@@ -26,7 +26,9 @@ def resume_alone(
 ) -> None:
     """``--resume DIR`` continues DIR's run with the options it recorded: another option
     given beside it (but ``allowed``, e.g. gate's ``--jobs``) is refused in one line (exit
-    2) rather than silently ignored. ``flag``: the option that names DIR (``ab --continue``)."""
+    2) rather than silently ignored. ``flag``: the option that names DIR (``ab --continue``).
+    ``--suite-dir`` is always allowed: it says where the suite's checkout is on this
+    machine, not how the run measures (the cells check that their programs are the same)."""
     if resume is None:
         return
     ctx = click.get_current_context()
@@ -34,7 +36,7 @@ def resume_alone(
     given = [
         p.opts[0]
         for p in ctx.command.params
-        if p.name not in (own, *allowed)
+        if p.name not in (own, *allowed, "suite_dir")
         and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
     ]
     if given:
