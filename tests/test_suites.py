@@ -221,12 +221,17 @@ def test_ab_judges_each_program_and_its_peak_rss_guardrail(standin_build, tmp_pa
     for w in ("mb-larson-2s", "mb-mstress"):
         assert w in report
     summary = json.loads((out / "meta.json").read_text())
+    samples = (out / "samples.jsonl").read_text().splitlines()
     assert set(summary["verdicts"]) == {"mb-larson-2s", "mb-mstress"}
     assert all(
         v in ("GO", "NO-GO", "NEUTRAL", "INCONCLUSIVE") for v in summary["verdicts"].values()
     )
     assert "guardrail" in report.lower() and "maxrss_kb" in report
     assert summary["suites"]["mimalloc-bench"]["commit"] == suites.suite_commit(STANDIN)
+    # --resume takes the checkout's place beside it (a finished run: nothing to add)
+    again = CliRunner().invoke(main, ["ab", "--resume", str(out), "--suite-dir", str(STANDIN)])
+    assert again.exit_code == 0, again.output
+    assert len((out / "samples.jsonl").read_text().splitlines()) == len(samples)
 
 
 # ---- the scorecard's "Public suites" section ----
