@@ -168,7 +168,7 @@ def test_a_probe_caught_in_some_runs_only_is_not_caught(standin_build, tmp_path)
     )
     assert f"| caught_by_chance | S | {row['caught_runs']}/20 |" in (out / "misuse.md").read_text()
     share = f"{row['caught_runs']} of 20"
-    assert f"| system | ran 3 of 3 | 0 of 1 | 0 | 1 | 0 | 0 | 0 | {share}" in result.output
+    assert f"| system | ran 3 of 3 | 0 of 1 | 0 | 0 | 1 | 0 | 0 | 0 | {share}" in result.output
 
 
 def test_how_a_process_ended_is_kept():

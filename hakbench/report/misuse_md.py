@@ -222,8 +222,6 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[d
     patterns' rows; ``records``: every record, for the suite's probes)."""
     records = list(records)
     git = meta.get("git") or {}
-    n_patterns = len(patterns_of(rows))
-    effects = ", ".join(f"`{e}`" for e in STOPPING_EFFECTS)
     suite = meta.get("suite")
     tables = (
         f"the tidy tables are `results/{stored}/misuse.csv` and `results/{stored}/suite-probes.csv`"
@@ -249,7 +247,17 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[d
         *_skipped_lines(meta),
     ]
     if suite:
-        lines += [*both_lines(rows, records), "", "### Our patterns", ""]
+        lines += [*both_lines(rows, records), ""]
+    if rows:
+        lines += _patterns_section(rows, meta, "### Our patterns" if suite else "")
+    lines += _suite_lines(rows, records, meta, "###")
+    return "\n".join(lines)
+
+
+def _patterns_section(rows: list[dict], meta: dict, heading: str) -> list[str]:
+    n_patterns = len(patterns_of(rows))
+    effects = ", ".join(f"`{e}`" for e in STOPPING_EFFECTS)
+    lines = [heading, ""] if heading else []
     lines += [
         f"{n_patterns} patterns, each "
         "one process of `build/bench/misuse_probe PATTERN` under the allocator: one misuse "
@@ -268,6 +276,4 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[d
     missed = missed_lines(rows)
     if missed:
         lines += [f"Caught by glibc ({REFERENCE}), not by libhakmem:", "", *missed, ""]
-    lines += [legend(), "", *matrix_lines(rows), ""]
-    lines += _suite_lines(rows, records, meta, "###")
-    return "\n".join(lines)
+    return [*lines, legend(), "", *matrix_lines(rows), ""]

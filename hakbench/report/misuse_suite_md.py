@@ -35,7 +35,7 @@ def legend() -> str:
     return (
         "One mark per size (small 8 B, medium 4,096 B, large 256 KiB; the C++ probes: one, "
         "at 4,096 B): ✔ caught in every run (the process ended without printing NOT_CAUGHT: "
-        "stopped by the allocator, or the misuse had no effect), ✘ NOT_CAUGHT in every "
+        "stopped by the allocator, a crash, or the misuse had no effect), ✘ NOT_CAUGHT in every "
         "run, `k/n` caught in k of the n runs, hang: hakbench's timeout ended it, error: it "
         "could not run under the allocator. *not usable*: the allocator failed the suite's "
         "benign programs, and none of its probes is counted."
@@ -56,9 +56,9 @@ def _usable_text(u) -> str:
 
 def counts_lines(rows: list[dict], records: list[dict]) -> list[str]:
     lines = [
-        "| allocator | benign programs | caught (every run) | of which a crash | caught in some "
-        "runs | not caught | hung | error | runs caught |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| allocator | benign programs | caught (every run) | of which a fault | of which no "
+        "effect | caught in some runs | not caught | hung | error | runs caught |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in counts(rows, records):
         b = c.by_outcome
@@ -71,7 +71,7 @@ def counts_lines(rows: list[dict], records: list[dict]) -> list[str]:
         )
         lines.append(
             f"| {name} | {_escape(_usable_text(c.usable))} | {caught} | {c.crashed} "
-            f"| {b['sometimes']} "
+            f"| {c.finished} | {b['sometimes']} "
             f"| {b['not-caught']} | {b['hung']} | {b['error']} "
             f"| {c.caught_runs} of {c.runs} ({c.share:.0%}) |"
         )
@@ -152,11 +152,16 @@ def describe(meta: dict, rows: list[dict]) -> str:
     return (
         f"mimalloc-bench's `security/` programs ({n} probes; suite commit "
         f"`{str(suite.get('commit', '?'))[:12]}`), each one process under the allocator "
-        f"and {'once' if runs == 1 else f'{runs} times'}: a probe prints `NOT_CAUGHT` when "
-        "the allocator let its misuse pass. A probe is counted as caught when no run printed "
-        "it and none hung, and only for an allocator that ran the suite's benign programs "
+        f"{'once' if runs == 1 else f'{runs} times'}: a probe prints `NOT_CAUGHT` when the "
+        "allocator let its misuse pass. A probe is counted as caught when every run ended "
+        "without printing it (none by hakbench's timeout), and only for an allocator that "
+        "ran the suite's benign programs "
         f"({benign}: exit 0, the expected output, malloc from the allocator) in the same "
-        "call (docs/misuse.md)."
+        "call (docs/misuse.md). The contract counts every way of not printing it: *of which "
+        "a fault* ended by SIGSEGV or SIGBUS (a guard page or unmapped memory: a defence of "
+        "some allocators, the layout's luck in others), *of which no effect* exited 0 "
+        "(memory zeroed, a block not handed back at once, NULL for an impossible size); the "
+        "rest ended by the allocator's check (SIGABRT, or an exit with its message)."
     )
 
 

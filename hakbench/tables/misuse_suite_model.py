@@ -295,6 +295,7 @@ class SuiteCounts:
     caught_runs: int
     runs: int
     crashed: int  # of the probes caught: the ones whose process ended by SIGSEGV or SIGBUS
+    finished: int  # of the probes caught: the ones that exited 0 (the misuse had no effect)
 
     @property
     def counted(self) -> int:
@@ -323,6 +324,7 @@ def counts(rows: list[dict], records: list[dict]) -> list[SuiteCounts]:
                 sum(int(r["caught_runs"]) for r in mine),
                 sum(int(r["runs"]) for r in mine),
                 sum(r["outcome"] == "caught" and r["signal"] in CRASH_SIGNALS for r in mine),
+                sum(r["outcome"] == "caught" and r["ended"] == "exit 0" for r in mine),
             )
         )
     return out
