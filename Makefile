@@ -31,7 +31,13 @@ HAKBENCH := $(VENV)/bin/hakbench
 C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.cc allocator/tests/*.h \
     hakbench/native/*.c
 
-.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc
+.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc suites
+
+# mimalloc-bench for `-w @mimalloc-bench` (docs/suites.md): the checkout hakbench finds
+# ($$HAKBENCH_MIMALLOC_BENCH, else a clone at the pinned commit into build/suites/src/,
+# from MIMALLOC_BENCH_URL when set: a local mirror), built with cmake into build/suites/.
+suites: setup
+	@$(VPY) -m hakbench.core.suites $(MIMALLOC_BENCH_URL)
 
 setup: $(VENV)/.setup-stamp
 	@bash scripts/setup.sh system

@@ -19,6 +19,12 @@
  * index frees them at the start of the next round). After each round the main thread frees
  * a random half of the transfer array (all of it after the last): the other half survives
  * into the next round, to be freed by a new thread.
+ * Two switches make it mstress's pattern exactly (docs/stress.md: without them libhakmem
+ * C7_SAFE held 0.64x mimalloc's peak RSS here where mstress, 2 threads x 400 rounds, had it
+ * at 1.9x): --main-works 1, the main thread does thread 0's work itself each round and only
+ * threads 1.. are new, so one heap lives through every round beside the short-lived ones;
+ * --same-rounds 1, every round repeats the same choices (mstress seeds a thread by its index
+ * only), so the peak is that of one round's pattern, not of the rarest round's big blocks.
  *
  * So the live set of a thread grows through its lifetime (its long-lived blocks and about
  * 40 % of its short-lived ones) and drops at once at its exit, round after round, with the
@@ -40,7 +46,8 @@
 
 static const char usage[] =
     "usage: bench_thread_churn [--threads N] [--rounds N] [--scale N] [--transfer N]\n"
-    "                          [--big-percent N] [--handoff-percent N] [--seed N]\n"
+    "                          [--big-percent N] [--handoff-percent N] [--main-works N]\n"
+    "                          [--same-rounds N] [--seed N]\n"
     "  --threads N          threads started (and joined) each round (default 8)\n"
     "  --rounds N           rounds (default 20; 0 measures start-up only)\n"
     "  --scale N            thread t does 100*N*(t%8+1) short-lived and half as many\n"
@@ -49,13 +56,16 @@ static const char usage[] =
     "  --big-percent N      share of blocks 100x-10000x their size (default 2)\n"
     "  --handoff-percent N  share of long-lived blocks freed by the next round's thread\n"
     "                       instead of their own (default 0)\n"
+    "  --main-works N       1: the main thread does thread 0's work each round, the\n"
+    "                       others are new threads (as mstress); 0: all new (default)\n"
+    "  --same-rounds N      1: every round repeats round 0's choices (as mstress)\n"
     "  --seed N             PRNG seed (default 1)\n";
 
 #define WORD         sizeof(uint64_t)
 #define POINTER_STEP 100000 /* entries the pointer array grows by: 800 KB */
 
 typedef struct {
-    uint64_t threads, scale, transfer_slots, big_percent, handoff_percent, seed;
+    uint64_t threads, scale, transfer_slots, big_percent, handoff_percent, same_rounds, seed;
     _Atomic(uint64_t *) *transfer;
     uint64_t ***handoff;     /* per thread index: long-lived blocks left for the next round */
     uint64_t *handoff_count; /* per thread index */
@@ -110,7 +120,7 @@ static void *run_thread(void *arg) {
     churn_thread *self = arg;
     churn *c = self->c;
     hb_rng rng;
-    hb_rng_seed_stream(&rng, c->seed, self->round + 1, self->index);
+    hb_rng_seed_stream(&rng, c->seed, c->same_rounds ? 1 : self->round + 1, self->index);
     uint64_t checksum = HB_CHECKSUM_INIT, ops = 0, mallocs = 0;
 
     uint64_t short_left = 100 * c->scale * (self->index % 8 + 1);
@@ -185,7 +195,7 @@ static void *run_thread(void *arg) {
 int main(int argc, char **argv) {
     hb_init("bench_thread_churn", usage);
     uint64_t threads = 8, rounds = 20, scale = 25, transfer = 1000, big_percent = 2, seed = 1;
-    uint64_t handoff_percent = 0;
+    uint64_t handoff_percent = 0, main_works = 0, same_rounds = 0;
     hb_option opts[] = {
         {"--threads", HB_OPT_U64, &threads, false, false},
         {"--rounds", HB_OPT_U64, &rounds, false, false},
@@ -193,6 +203,8 @@ int main(int argc, char **argv) {
         {"--transfer", HB_OPT_U64, &transfer, false, false},
         {"--big-percent", HB_OPT_U64, &big_percent, false, false},
         {"--handoff-percent", HB_OPT_U64, &handoff_percent, false, false},
+        {"--main-works", HB_OPT_U64, &main_works, false, false},
+        {"--same-rounds", HB_OPT_U64, &same_rounds, false, false},
         {"--seed", HB_OPT_U64, &seed, false, false},
     };
     hb_parse_flags(argc, argv, opts, sizeof opts / sizeof opts[0]);
@@ -202,12 +214,15 @@ int main(int argc, char **argv) {
     hb_check_range("--transfer", transfer, 1, HB_MAX_WORKING_SET);
     hb_check_range("--big-percent", big_percent, 0, 100);
     hb_check_range("--handoff-percent", handoff_percent, 0, 100);
+    hb_check_range("--main-works", main_works, 0, 1);
+    hb_check_range("--same-rounds", same_rounds, 0, 1);
 
     churn c = {.threads = threads,
                .scale = scale,
                .transfer_slots = transfer,
                .big_percent = big_percent,
                .handoff_percent = handoff_percent,
+               .same_rounds = same_rounds,
                .seed = seed};
     c.transfer = calloc(transfer, sizeof *c.transfer);
     c.handoff = calloc(threads, sizeof *c.handoff);
@@ -220,16 +235,20 @@ int main(int argc, char **argv) {
 
     hb_rng main_rng;
     hb_rng_seed_stream(&main_rng, seed, 0, 0);
-    uint64_t checksum = HB_CHECKSUM_INIT, thread_sum = 0, main_ops = 0;
+    uint64_t checksum = HB_CHECKSUM_INIT, thread_sum = 0, main_ops = 0, started = 0;
     hb_timer timer; /* one chunk: no loop of like parts */
     hb_timer_start(&timer, HB_CPU_PROCESS);
     for (uint64_t round = 0; round < rounds; round++) {
         for (uint64_t t = 0; t < threads; t++) {
             workers[t] = (churn_thread){.c = &c, .index = t, .round = round};
-            hb_start_thread(&workers[t].thread, run_thread, &workers[t]);
+            if (t >= main_works) {
+                hb_start_thread(&workers[t].thread, run_thread, &workers[t]);
+                started++;
+            }
         }
+        if (main_works) run_thread(&workers[0]); /* main is thread 0, as in mstress */
         for (uint64_t t = 0; t < threads; t++) {
-            pthread_join(workers[t].thread, NULL);
+            if (t >= main_works) pthread_join(workers[t].thread, NULL);
             thread_sum += workers[t].checksum;
         }
         /* Half of the transfer array survives into the next round; none after the last. */
@@ -261,9 +280,10 @@ int main(int argc, char **argv) {
                                 hb_checksum_finish(thread_sum + hb_checksum_finish(checksum)));
     printf("mallocs=%" PRIu64 "\nthreads=%" PRIu64 "\nrounds=%" PRIu64 "\nscale=%" PRIu64
            "\ntransfer=%" PRIu64 "\nbig_percent=%" PRIu64 "\nhandoff_percent=%" PRIu64
+           "\nmain_works=%" PRIu64 "\nsame_rounds=%" PRIu64 "\nthreads_started=%" PRIu64
            "\nseed=%" PRIu64 "\n",
            atomic_load(&c.mallocs), threads, rounds, scale, transfer, big_percent, handoff_percent,
-           seed);
+           main_works, same_rounds, started, seed);
     hb_flush_stdout();
     return 0;
 }

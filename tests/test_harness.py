@@ -388,6 +388,8 @@ BAD_ARGUMENTS = [
     ("bench_thread_churn", ["--threads", "0"]),
     ("bench_thread_churn", ["--big-percent", "101"]),
     ("bench_thread_churn", ["--handoff-percent", "101"]),
+    ("bench_thread_churn", ["--main-works", "2"]),
+    ("bench_thread_churn", ["--same-rounds", "2"]),
     ("bench_random_st", ["--long", "0"]),
     ("bench_random_st", ["--max", "99999999"]),
 ]

@@ -152,6 +152,23 @@ def test_thread_churn_handed_off_blocks_survive_their_thread(bench_dir):
     assert kept["checksum"] != plain["checksum"]
 
 
+def test_thread_churn_as_mstress_main_works_and_rounds_repeat(bench_dir):
+    """--main-works 1: the main thread does thread 0's work, so one thread fewer is started
+    each round, with the same choices; --same-rounds 1: every round repeats round 0's
+    choices, as mstress seeds its threads by their index only."""
+    args = ["--threads", "2", "--rounds", "3", "--scale", "2", "--transfer", "32"]
+    plain = result_of(bench_dir, "bench_thread_churn", args)
+    main = result_of(bench_dir, "bench_thread_churn", [*args, "--main-works", "1"])
+    assert (plain["threads_started"], main["threads_started"]) == ("6", "3")
+    assert main["checksum"] == plain["checksum"]  # the same work, run by main
+    same = result_of(bench_dir, "bench_thread_churn", [*args, "--same-rounds", "1"])
+    assert same["checksum"] != plain["checksum"]
+    one = ["--threads", "2", "--rounds", "1", "--scale", "2", "--transfer", "32"]
+    first = result_of(bench_dir, "bench_thread_churn", one)["checksum"]
+    again = result_of(bench_dir, "bench_thread_churn", [*one, "--same-rounds", "1"])["checksum"]
+    assert again == first  # round 0 is the round every round repeats
+
+
 def test_churn_retained_blocks_survive_rounds(bench_dir):
     """Blocks kept across rounds are checked by the thread that frees them: a lost or
     overwritten block would be a runtime error (exit 1)."""

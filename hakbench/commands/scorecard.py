@@ -25,6 +25,20 @@ from hakbench.experiments import scorecard, scorecard_refresh
     help="with --refresh: the applications-and-stress section (profiles/matrices/apps.toml)",
 )
 @click.option(
+    "--suite",
+    is_flag=True,
+    help="with --refresh: the public-suites section (mimalloc-bench's programs, "
+    "profiles/matrices/mimalloc-bench.toml, into results/scorecard-suite/)",
+)
+@click.option(
+    "-a",
+    "--allocator",
+    "allocators",
+    multiple=True,
+    help="with --refresh: one more allocator for the matrix's allocator axis "
+    "(NAME=PATH.so, e.g. hardened_malloc=.../libhardened_malloc.so); repeatable",
+)
+@click.option(
     "--misuse",
     is_flag=True,
     help="with --refresh: the heap-misuse section (hakbench misuse's probes, into results/misuse/)",
@@ -42,25 +56,33 @@ from hakbench.experiments import scorecard, scorecard_refresh
     type=click.Path(file_okay=False, path_type=Path),
     help="results directory (default: results/)",
 )
-def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, results):
+def scorecard_cmd(
+    refresh, quick, apps, suite, allocators, misuse, runs, matrix_file, check, results
+):
     """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
     stored in results/scorecard/ (and, for the applications-and-stress section,
     results/scorecard-apps/) alone.
 
     --refresh runs the scorecard matrix on this machine first and replaces the stored
     samples (history.csv gains one block of rows); with --apps it runs
-    profiles/matrices/apps.toml into results/scorecard-apps/ instead. --check regenerates
+    profiles/matrices/apps.toml into results/scorecard-apps/ instead, with --suite
+    mimalloc-bench's programs into results/scorecard-suite/. --check regenerates
     into a temporary directory and exits 1 when the committed files differ. With no stored
     samples, exit 2 and say how to make them.
     """
     results = results or paths.results_dir()
     if check and refresh:
         raise UsageError("--check compares the committed files; it does not refresh")
-    if not refresh and (quick or runs or matrix_file or apps or misuse):
-        raise UsageError("--quick, --runs, --matrix, --apps and --misuse go with --refresh")
-    if misuse and (quick or runs or matrix_file or apps):
+    if not refresh and (quick or runs or matrix_file or apps or misuse or suite or allocators):
         raise UsageError(
-            "--misuse runs the probes, not a matrix: no --quick, --runs, --matrix, --apps"
+            "--quick, --runs, --matrix, --apps, --suite, -a and --misuse go with --refresh"
+        )
+    if apps and suite:
+        raise UsageError("--apps and --suite are two sections: refresh one at a time")
+    if misuse and (quick or runs or matrix_file or apps or suite or allocators):
+        raise UsageError(
+            "--misuse runs the probes, not a matrix: no --quick, --runs, --matrix, --apps, "
+            "--suite, -a"
         )
     if check:
         problems = scorecard.check(results)
@@ -89,6 +111,8 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
                     command=command_line(),
                     on_sample=progress_reporter("scorecard"),
                     apps=apps,
+                    suite=suite,
+                    allocators=allocators,
                 )
         except KeyboardInterrupt:
             interrupts.exit_stopped("the stored scorecard was left as it was")

@@ -355,3 +355,65 @@ def bind_workload(workload):
 def used_suites() -> dict:
     """suite name -> suite_info of every suite a workload was bound to in this process."""
     return dict(_USED)
+
+
+def clone_pinned(url: str | None = None, dest: Path | None = None) -> Path:
+    """``make suites``: clone the suite at PINNED_COMMIT into ``default_clone_dir()`` (from
+    ``url``, default REPO_URL: a local mirror or bundle works the same) unless a checkout
+    is there. No network: SuiteMissingError saying how to point at an existing checkout."""
+    dest = dest or default_clone_dir()
+    if (dest / "bench" / "CMakeLists.txt").is_file():
+        return dest
+    url = url or REPO_URL
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        subprocess.run(
+            ["git", "clone", "-q", "--no-checkout", url, str(tmp)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+            env=env,
+        )
+        subprocess.run(
+            ["git", "-C", str(tmp), "checkout", "-q", PINNED_COMMIT],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = getattr(e, "stderr", b"") or b""
+        first = why.decode(errors="replace").strip().splitlines()[:1] or [str(e)]
+        raise SuiteMissingError(
+            f"cannot clone {url} at {PINNED_COMMIT[:7]} ({first[0][:120]}); without network "
+            f"to GitHub, point hakbench at an existing checkout: --suite-dir PATH or "
+            f"{ENV_VAR}=PATH (or `make suites MIMALLOC_BENCH_URL=<a local mirror>`)"
+        ) from None
+    tmp.rename(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hakbench.core.suites [URL]`` (``make suites``): find the checkout (or
+    clone it), build it, print where. One line and exit 5 when there is none."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        try:
+            suite_dir = resolve_suite_dir(None)
+        except SuiteMissingError:
+            suite_dir = clone_pinned(argv[0] if argv else None)
+        build = ensure_built(suite_dir)
+    except SuiteError as e:
+        print(f"make suites: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"{NAME} {suite_commit(suite_dir)[:12]} at {suite_dir}, built in {build}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

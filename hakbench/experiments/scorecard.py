@@ -41,6 +41,12 @@ REPORT_METRICS = {"throughput": 0, "maxrss_kb": 0, "minflt": 0, "ir_per_op": 2}
 # are seconds long, so it is refreshed on its own: `scorecard --refresh --apps`).
 APPS_STORED_DIR = "scorecard-apps"
 
+# The public-suites section: mimalloc-bench's programs (profiles/matrices/mimalloc-bench.toml,
+# the suite found by hakbench.core.suites), stored apart like the apps
+# (`scorecard --refresh --suite`); rendered by hakbench.report.suite_md.
+SUITE_STORED_DIR = "scorecard-suite"
+REFRESH_FLAGS = {APPS_STORED_DIR: " --apps", SUITE_STORED_DIR: " --suite"}
+
 # The heap-misuse section: the raw probe records of `hakbench misuse` (probes.jsonl +
 # meta.json, committed), from which render classifies every probe again and writes the tidy
 # table misuse.csv beside them (`scorecard --refresh --misuse`).
@@ -87,12 +93,16 @@ def apps_matrix() -> Path:
     return paths.profiles_dir() / "matrices" / "apps.toml"
 
 
+def suite_matrix() -> Path:
+    return paths.profiles_dir() / "matrices" / "mimalloc-bench.toml"
+
+
 def load_stored(results: Path, name: str = STORED_DIR) -> tuple[list[dict], dict]:
     """The stored samples and meta; none stored is bad input (exit 2) with the fix."""
     d = stored_dir(results, name)
     samples_file, meta_file = d / "samples.jsonl", d / "meta.json"
     if not samples_file.exists() or not meta_file.exists():
-        flag = " --apps" if name == APPS_STORED_DIR else ""
+        flag = REFRESH_FLAGS.get(name, "")
         raise UsageError(
             f"no stored scorecard samples in {d} (samples.jsonl + meta.json); "
             f"run `hakbench scorecard --refresh{flag}` first"
@@ -226,6 +236,10 @@ def render(results: Path, out: Path | None = None) -> list[Path]:
         section, apps_plots = apps_section(results, plots)
         markdown = markdown.rstrip("\n") + "\n\n" + section
         written += apps_plots
+    if (stored_dir(results, SUITE_STORED_DIR) / "meta.json").exists():
+        section, suite_plots = suite_section(results, plots)
+        markdown = markdown.rstrip("\n") + "\n\n" + section
+        written += suite_plots
     if (stored_dir(results, MISUSE_DIR) / "meta.json").exists():
         section, tables = misuse_section(results, out)
         markdown = markdown.rstrip("\n") + "\n\n" + section
@@ -262,6 +276,24 @@ def apps_section(results: Path, plots: Path) -> tuple[str, list[Path]]:
     )
     head, _, rest = text.partition("\n")
     return f"{head}\n\n{where}\n{rest}\n", charts
+
+
+def suite_section(results: Path, plots: Path) -> tuple[str, list[Path]]:
+    """The "Public suites" section of SCORECARD.md and its two charts, from the samples
+    stored in ``results/scorecard-suite/`` alone."""
+    from hakbench.report.apps import apps_rows, plot_ratios
+    from hakbench.report.suite_md import suite_markdown
+
+    samples, meta = load_stored(results, SUITE_STORED_DIR)
+    rows = apps_rows(samples, meta)
+    ref = meta["matrix"]["reference"]["allocator"]
+    charts = [
+        plot_ratios(rows, "time_ratio", f"time relative to {ref}", plots / "suite_time.png"),
+        plot_ratios(
+            rows, "memory_ratio", f"peak RSS relative to {ref}", plots / "suite_memory.png"
+        ),
+    ]
+    return suite_markdown(rows, meta, f"{PLOTS_DIR}/suite_", samples), charts
 
 
 def load_misuse(results: Path) -> tuple[list[dict], dict]:

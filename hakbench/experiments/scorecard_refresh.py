@@ -6,6 +6,7 @@ when the run finished and something succeeded.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from hakbench.experiments.scorecard import (
     MISUSE_DIR,
     REPORT_METRICS,
     STORED_DIR,
+    SUITE_STORED_DIR,
     apps_matrix,
     build_scorecard,
     default_matrix,
@@ -28,13 +30,22 @@ from hakbench.experiments.scorecard import (
     load_stored,
     render,
     stored_dir,
+    suite_matrix,
 )
 
 # What a stored sample keeps; the rest (env, argv, allocator stats, stderr of good runs)
 # is either in meta.json once per cell or not needed to rebuild the scorecard.
 KEPT_FIELDS = ("seq", "cell", "round", "pair", "side", "phase", "status", "error", "metrics")
 KEPT_IF_PRESENT = ("tool",)  # which instruction counter an "instructions" sample used
-APPS_KEPT_METRICS = ("cpu_s", "wall_s", "app_time_s", "app_rate", "throughput", "maxrss_kb")
+APPS_KEPT_METRICS = (
+    "cpu_s",
+    "wall_s",
+    "app_time_s",
+    "app_rate",
+    "throughput",
+    "maxrss_kb",
+    "page_faults",
+)
 
 
 def replace_stored(d: Path, files: dict, *, keep_others: bool = False) -> Path:
@@ -97,19 +108,29 @@ def refresh(
     command: list[str] | str | None = None,
     on_sample=None,
     apps: bool = False,
+    suite: bool = False,
+    allocators: tuple[str, ...] = (),
 ) -> Path:
     """Run the scorecard matrix, store its samples, append history, regenerate the files.
 
     ``quick`` runs the matrix's quick_runs rounds and skips its instruction counts.
     ``apps`` runs the applications-and-stress matrix (``profiles/matrices/apps.toml``) into
     ``results/scorecard-apps/`` instead; it has no history and no instruction counts.
+    ``suite`` runs mimalloc-bench's programs (``profiles/matrices/mimalloc-bench.toml``) into
+    ``results/scorecard-suite/`` the same way. ``allocators`` are added to the matrix's
+    allocator axis (``NAME=PATH.so``: hardened_malloc, any allocator by path).
 
     The full run stays in ``results/runs/<id>/``; the stored scorecard is replaced only when
     the run finished and at least one sample succeeded.
     """
     from hakbench.engine.store import default_run_dir
 
-    spec = load_matrix(matrix or (apps_matrix() if apps else default_matrix()))
+    spec = load_matrix(
+        matrix or (apps_matrix() if apps else suite_matrix() if suite else default_matrix())
+    )
+    if allocators:
+        axes = {**spec.axes, "allocator": (*spec.axes["allocator"], *allocators)}
+        spec = dataclasses.replace(spec, axes=axes)
     runs = runs or (spec.quick_runs if quick else spec.runs)
     run_dir = results / "runs" / default_run_dir(f"scorecard-{spec.name}").name
     run = run_matrix(
@@ -118,7 +139,7 @@ def refresh(
         runs=runs,
         command=command,
         on_sample=on_sample,
-        instructions=spec.instructions and not quick and not apps,
+        instructions=spec.instructions and not quick and not apps and not suite,
     )
     if not any(s.status == "ok" for s in run.summaries):
         reasons = sorted({s.reason for s in run.summaries})
@@ -127,8 +148,9 @@ def refresh(
             f"stored scorecard left as it was; samples in {run_dir}"
         )
     extra = {"quick": quick, "full_run": str(run_dir.name)}
-    if apps:
-        store_refresh(run_dir, results, extra, APPS_STORED_DIR, APPS_KEPT_METRICS)
+    if apps or suite:
+        name = APPS_STORED_DIR if apps else SUITE_STORED_DIR
+        store_refresh(run_dir, results, extra, name, APPS_KEPT_METRICS)
         render(results)
         return run_dir
     store_refresh(run_dir, results, extra)

@@ -145,6 +145,44 @@ def linkage_notes(samples: list[dict], meta: dict) -> list[str]:
     return notes
 
 
+def ratio_table(rows: list[Row], ref: str, name: str = "workload") -> list[str]:
+    """The table of time and peak RSS per workload and allocator, with their ratios to
+    ``ref`` and CIs."""
+    lines = [
+        f"| {name} | allocator | time | time ÷ {ref} | peak RSS | RSS ÷ {ref} | n | failed runs |",
+        "|---|---|---:|---|---:|---|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.workload} | {r.label} | {_value_text(r.time)} | {_ratio_text(r.time_ratio)} "
+            f"| {_value_text(r.memory)} | {_ratio_text(r.memory_ratio)} | {r.time.n} "
+            f"| {r.failures or '-'} |"
+        )
+    return lines
+
+
+def geomean_table(rows: list[Row], name: str = "workloads") -> list[str]:
+    """Per allocator the geomeans of its time and memory ratios, and what they cover."""
+    gt, gm = geomeans(rows, "time_ratio"), geomeans(rows, "memory_ratio")
+    n_workloads = len({r.workload for r in rows})
+    lines = [
+        f"| allocator | time | memory | {name} with a ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for label in dict.fromkeys(r.label for r in rows):
+        t = gt.get(label)
+        mm = gm.get(label)
+        lines.append(
+            f"| {label} | {f'{t[0]:.3f}' if t else '-'} | {f'{mm[0]:.3f}' if mm else '-'} "
+            f"| {t[1] if t else 0} of {n_workloads} |"
+        )
+    return lines + [
+        "",
+        f"A {name[:-1]} without a ratio for an allocator (every run failed, or the "
+        "reference's did) is left out of that allocator's geomeans, and the table says why.",
+    ]
+
+
 def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
     ref = meta["matrix"]["reference"]["allocator"]
     m = meta["matrix"]
@@ -164,41 +202,12 @@ def apps_markdown(rows: list[Row], meta: dict, notes: list[str] = ()) -> str:
         "",
         describe_load(meta.get("load")),
         "",
-        "| workload | allocator | time | time ÷ "
-        + ref
-        + " | peak RSS | RSS ÷ "
-        + ref
-        + " | n | failed runs |",
-        "|---|---|---:|---|---:|---|---:|---|",
+        *ratio_table(rows, ref),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r.workload} | {r.label} | {_value_text(r.time)} | {_ratio_text(r.time_ratio)} "
-            f"| {_value_text(r.memory)} | {_ratio_text(r.memory_ratio)} | {r.time.n} "
-            f"| {r.failures or '-'} |"
-        )
-    gt, gm = geomeans(rows, "time_ratio"), geomeans(rows, "memory_ratio")
-    n_workloads = len({r.workload for r in rows})
     lines += [""] + [f"Note: {n}" for n in notes]
+    lines += ["", f"## Geometric means over the workloads (ratio to {ref})", ""]
+    lines += [*geomean_table(rows), ""]
     lines += [
-        "",
-        f"## Geometric means over the workloads (ratio to {ref})",
-        "",
-        "| allocator | time | memory | workloads with a ratio |",
-        "|---|---:|---:|---:|",
-    ]
-    for label in dict.fromkeys(r.label for r in rows):
-        t = gt.get(label)
-        mm = gm.get(label)
-        lines.append(
-            f"| {label} | {f'{t[0]:.3f}' if t else '-'} | {f'{mm[0]:.3f}' if mm else '-'} "
-            f"| {t[1] if t else 0} of {n_workloads} |"
-        )
-    lines += [
-        "",
-        "A workload without a ratio for an allocator (every run failed, or the reference's "
-        "did) is left out of that allocator's geomeans, and the table says why.",
-        "",
         "![time](apps_time.png)",
         "",
         "![memory](apps_memory.png)",
