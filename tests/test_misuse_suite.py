@@ -171,6 +171,54 @@ def test_a_probe_caught_in_some_runs_only_is_not_caught(standin_build, tmp_path)
     assert f"| system | ran 3 of 3 | 0 of 1 | 0 | 0 | 1 | 0 | 0 | 0 | {share}" in result.output
 
 
+REAL = Path(__file__).parent / "data" / "misuse_suite_records.jsonl"  # from the 2026-11-28 refresh
+
+
+@pytest.mark.parametrize(
+    "label, probe, outcome, caught_runs, ended, stderr",
+    [
+        ("system", "double_free_small", "caught", 3, "SIGABRT", "free(): double free detected"),
+        ("system", "write_after_free_large", "caught", 3, "SIGSEGV", ""),  # unmapped on free
+        ("system", "zero_on_malloc_large", "caught", 3, "exit 0", ""),  # a fresh mmap is zeroed
+        ("system", "read_zero_size_small", "not-caught", 0, "exit 0", ""),  # after a NUL byte
+        ("tcmalloc", "invalid_free_stack_small", "caught", 3, "SIGABRT", "src/tcmalloc.cc"),
+        ("hakmem:fast", "double_free_small", "caught", 3, "SIGABRT", "hakmem: free(): double"),
+        ("hardened-malloc", "invalid_free_close_small", "caught", 3, "SIGABRT", "fatal allocator"),
+        ("hakmem:secure", "one_mbyte_overflow_large", "sometimes", 2, "SIGSEGV", ""),
+        ("mimalloc", "invalid_free_stack_medium", "sometimes", 1, "SIGSEGV", ""),
+    ],
+)
+def test_real_probe_records_are_classified(label, probe, outcome, caught_runs, ended, stderr):
+    records = [json.loads(line) for line in REAL.read_text().splitlines()]
+    rows = {(r["label"], r["probe"]): r for r in misuse_suite_model.rows_of(records)}
+    row = rows[label, probe]
+    assert (row["outcome"], row["caught_runs"], row["runs"], row["ended"]) == (
+        outcome,
+        caught_runs,
+        3,
+        ended,
+    )
+    assert row["stderr_first"].startswith(stderr)
+    assert row["counted"] == int(outcome == "caught")  # both ran the benign programs
+    if outcome == "sometimes":
+        assert row["split"] and row["note"] == ""
+
+
+def test_real_benign_runs_pass_their_checks():
+    records = [json.loads(line) for line in REAL.read_text().splitlines()]
+    benign = [r for r in records if r["set"] == "benign"]
+    assert {misuse_suite_model.benign_problem(r) for r in benign} == {""}
+    cfrac = next(r for r in benign if r["label"] == "system" and r["program"] == "cfrac")
+    wrong = {**cfrac, "stdout": cfrac["stdout"].replace(" * 468551", " * 468552")}
+    assert "do not multiply" in misuse_suite_model.benign_problem(wrong)
+    elsewhere = next(r for r in benign if r["label"] == "hardened-malloc")
+    moved = {**elsewhere, "malloc_impl": "/lib/x86_64-linux-gnu/libc.so.6"}
+    assert "not libhardened_malloc.so" in misuse_suite_model.benign_problem(moved)
+    assert misuse_suite_model.benign_problem({**cfrac, "returncode": -6, "stderr": "x\n"}) == (
+        "SIGABRT: x"
+    )
+
+
 def test_how_a_process_ended_is_kept():
     def run(**kw):
         base = {"returncode": 0, "timed_out": False, "stdout": "", "stderr": ""}
