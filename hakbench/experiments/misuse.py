@@ -51,9 +51,9 @@ DEFAULT_ALLOCATORS = ("system", "mimalloc", "jemalloc", "tcmalloc", "tbbmalloc",
 HAKMEM_VARIANTS = ["fast", "debug", "secure"]
 # An optional reference given by path: GrapheneOS's hardened_malloc (docs/misuse.md says
 # how to build it). Set, the misuse runs and the scorecard's refresh add it to their
-# allocators as `hardened-malloc`.
+# allocators as `hardened_malloc`.
 HARDENED_ENV = "HAKBENCH_HARDENED_MALLOC"
-HARDENED_NAME = "hardened-malloc"
+HARDENED_NAME = misuse_suite_model.HARDENED
 TIMEOUT_S = 20.0  # the probe ends itself after 2 s of CPU or 10 s; this is the backstop
 # Runs per allocator and pattern: most outcomes repeat exactly, a few depend on where ASLR
 # put things (glibc's alignment check of a forged tcache link misses 1 time in 16).

@@ -72,6 +72,8 @@ class SuiteProbes:
             "build_dir": str(self.build),
             "probes": list(self.probes),
             "benign": [{"program": b.program, "args": list(b.args)} for b in self.benign],
+            "probe_timeout": PROBE_TIMEOUT_S,
+            "benign_timeout": BENIGN_TIMEOUT_S,
         }
 
 
@@ -129,7 +131,8 @@ def resumed_suite(record: dict | None) -> SuiteProbes | None:
     """The ``SuiteProbes`` a run's ``meta.json`` recorded (``SuiteProbes.record``)."""
     if not record:
         return None
-    info = {k: v for k, v in record.items() if k not in ("build_dir", "probes", "benign")}
+    own = ("build_dir", "probes", "benign", "probe_timeout", "benign_timeout")
+    info = {k: v for k, v in record.items() if k not in own}
     benign = {b.program: b for b in BENIGN}
     chosen = tuple(benign[b["program"]] for b in record["benign"] if b["program"] in benign)
     return SuiteProbes(info, Path(record["build_dir"]), tuple(record["probes"]), chosen)

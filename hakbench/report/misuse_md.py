@@ -208,11 +208,11 @@ def anchors_text(meta: dict) -> str:
     when the run had it."""
     libraries = meta.get("libraries") or {}
     text = "glibc (`system`)"
-    if "hardened-malloc" in libraries:
-        path = libraries["hardened-malloc"]
+    if misuse_suite_model.HARDENED in libraries:
+        path = libraries[misuse_suite_model.HARDENED]
         text += (
-            f" and GrapheneOS's hardened_malloc (`hardened-malloc`, `{path}`; docs/misuse.md "
-            "says how it is built)"
+            f" and GrapheneOS's hardened_malloc (`{misuse_suite_model.HARDENED}`, `{path}`; "
+            "docs/misuse.md says how it is built)"
         )
     return text
 

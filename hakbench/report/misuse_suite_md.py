@@ -7,6 +7,7 @@ allocators, one mark per size) and the tidy table. Drawn from rows and records a
 from __future__ import annotations
 
 from hakbench.tables.misuse_suite_model import (
+    HARDENED,
     SIZES,
     caught_by_not,
     counts,
@@ -17,7 +18,7 @@ from hakbench.tables.misuse_suite_model import (
 
 # The allocators the others are held against, when a run has them: glibc (what every
 # program gets) and GrapheneOS's hardened_malloc (a hardened allocator, given by path).
-ANCHORS = ("system", "hardened-malloc")
+ANCHORS = ("system", HARDENED)
 MARK = {"caught": "✔", "not-caught": "✘", "hung": "hang", "error": "error"}
 
 

@@ -35,6 +35,8 @@ from hakbench.tables import misuse_model
 
 NOT_CAUGHT = "NOT_CAUGHT"
 SUITE_CSV = "suite-probes.csv"  # the tidy table of a run and of the scorecard
+# The optional reference's name: GrapheneOS's hardened_malloc, given by path (docs/misuse.md)
+HARDENED = "hardened_malloc"
 SIZES = ("small", "medium", "large")  # the suite's -DALLOCATION_SIZE=8, 4096, 256*1024
 OUTCOMES = ("caught", "sometimes", "not-caught", "hung", "error")
 # what the dynamic linker says when LD_PRELOAD names a library it cannot load
