@@ -183,9 +183,10 @@ REAL = Path(__file__).parent / "data" / "misuse_suite_records.jsonl"  # from the
         ("system", "read_zero_size_small", "not-caught", 0, "exit 0", ""),  # after a NUL byte
         ("tcmalloc", "invalid_free_stack_small", "caught", 3, "SIGABRT", "src/tcmalloc.cc"),
         ("hakmem:fast", "double_free_small", "caught", 3, "SIGABRT", "hakmem: free(): double"),
-        ("hardened-malloc", "invalid_free_close_small", "caught", 3, "SIGABRT", "fatal allocator"),
-        ("hakmem:secure", "one_mbyte_overflow_large", "sometimes", 2, "SIGSEGV", ""),
-        ("mimalloc", "invalid_free_stack_medium", "sometimes", 1, "SIGSEGV", ""),
+        ("hardened_malloc", "invalid_free_close_small", "caught", 3, "SIGABRT", "fatal allocator"),
+        ("hardened_malloc", "one_byte_underflow_medium", "sometimes", 1, "SIGSEGV", ""),
+        ("hakmem:secure", "one_mbyte_underflow_large", "sometimes", 2, "SIGSEGV", ""),
+        ("mimalloc", "invalid_free_stack_medium", "sometimes", 2, "SIGSEGV", ""),
     ],
 )
 def test_real_probe_records_are_classified(label, probe, outcome, caught_runs, ended, stderr):
@@ -211,7 +212,7 @@ def test_real_benign_runs_pass_their_checks():
     cfrac = next(r for r in benign if r["label"] == "system" and r["program"] == "cfrac")
     wrong = {**cfrac, "stdout": cfrac["stdout"].replace(" * 468551", " * 468552")}
     assert "do not multiply" in misuse_suite_model.benign_problem(wrong)
-    elsewhere = next(r for r in benign if r["label"] == "hardened-malloc")
+    elsewhere = next(r for r in benign if r["label"] == "hardened_malloc")
     moved = {**elsewhere, "malloc_impl": "/lib/x86_64-linux-gnu/libc.so.6"}
     assert "not libhardened_malloc.so" in misuse_suite_model.benign_problem(moved)
     assert misuse_suite_model.benign_problem({**cfrac, "returncode": -6, "stderr": "x\n"}) == (

@@ -12,7 +12,7 @@ from hakbench.core.errors import MeasurementError
 from hakbench.engine import interrupts
 from hakbench.engine.meta import collect_meta, command_line
 from hakbench.engine.store import default_run_dir
-from hakbench.experiments import misuse
+from hakbench.experiments import misuse, misuse_suite
 from hakbench.report import misuse_suite_md
 from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
 
@@ -24,7 +24,8 @@ from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
     "allocators",
     multiple=True,
     help="allocator name, PATH.so or NAME=PATH.so (repeatable) "
-    f"[default: {', '.join(misuse.DEFAULT_ALLOCATORS)}]",
+    f"[default: {', '.join(misuse.DEFAULT_ALLOCATORS)}; and {misuse.HARDENED_NAME} when "
+    f"${misuse.HARDENED_ENV} names its library]",
 )
 @click.option(
     "--variant",
@@ -45,7 +46,8 @@ from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
     default=misuse.RUNS,
     show_default=True,
     type=click.IntRange(1, 100),
-    help="runs per allocator and pattern (a few outcomes depend on address randomisation)",
+    help="runs per allocator and pattern or probe (a few outcomes depend on randomisation; "
+    "a suite probe counts as caught only when caught in every run)",
 )
 @click.option(
     "--set",
@@ -70,7 +72,8 @@ from hakbench.report.misuse_md import counts_lines, matrix_lines, missed_lines
     default=misuse.TIMEOUT_S,
     show_default=True,
     type=click.FloatRange(1, 600),
-    help="seconds per probe process (the probe ends itself after 2 s of CPU, 10 s of time)",
+    help="seconds per pattern's process (it ends itself after 2 s of CPU, 10 s of time; "
+    f"a suite probe gets {misuse_suite.PROBE_TIMEOUT_S:g} s)",
 )
 @resume_option("misuse run in DIR with its own options: its probes are kept, the others run")
 def misuse_cmd(
