@@ -227,3 +227,63 @@ def test_ab_judges_each_program_and_its_peak_rss_guardrail(standin_build, tmp_pa
     )
     assert "guardrail" in report.lower() and "maxrss_kb" in report
     assert summary["suites"]["mimalloc-bench"]["commit"] == suites.suite_commit(STANDIN)
+
+
+# ---- the scorecard's "Public suites" section ----
+
+TINY_SUITE = """
+name = "tiny-suite"
+runs = 2
+quick_runs = 1
+warmup = 0
+seed = 3
+reference = { allocator = "mimalloc" }
+[axes]
+allocator = ["hakmem", "system", "mimalloc"]
+profile = ["C7_SAFE"]
+workload = ["mb-mstress", "mb-larson-2s"]
+"""
+
+
+def small_main_scorecard(d: Path) -> None:
+    """The committed main scorecard cut to one workload: render needs one, and all of it
+    takes seconds to draw."""
+    main_dir = REPO / "results" / "scorecard"
+    meta = json.loads((main_dir / "meta.json").read_text())
+    meta["cells"] = [c for c in meta["cells"] if c["coords"]["workload"] == "mixed"]
+    keys = {c["key"] for c in meta["cells"]}
+    lines = (main_dir / "samples.jsonl").read_text().splitlines()
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps(meta))
+    kept = [line for line in lines if json.loads(line).get("cell") in keys]
+    (d / "samples.jsonl").write_text("\n".join(kept) + "\n")
+
+
+def test_public_suites_section_is_stored_rendered_and_checked(standin_build, tmp_path):
+    from hakbench.experiments import scorecard, scorecard_refresh
+
+    results = tmp_path / "results"
+    small_main_scorecard(results / scorecard.STORED_DIR)
+    matrix = tmp_path / "suite.toml"
+    matrix.write_text(TINY_SUITE)
+    suites.configure(STANDIN)
+    jemalloc = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"  # one more allocator, by path
+    scorecard_refresh.refresh(results, matrix=matrix, suite=True, allocators=(f"je={jemalloc}",))
+    stored = results / scorecard.SUITE_STORED_DIR
+    meta = json.loads((stored / "meta.json").read_text())
+    assert meta["suites"]["mimalloc-bench"]["commit"] == suites.suite_commit(STANDIN)
+    md = (results / "SCORECARD.md").read_text()
+    section = md[md.index("## Public suites: mimalloc-bench") :]
+    assert "Refresh: `hakbench scorecard --refresh --suite`" in section
+    assert "| mb-mstress | je |" in section and "| mb-larson-2s | system |" in section
+    assert "### Geometric means over the programs (ratio to mimalloc)" in section
+    assert "Worst: **mb-" in section  # libhakmem against each program's fastest peer
+    assert scorecard.check(results) == []  # regenerated from the stored samples alone
+
+
+def test_make_suites_without_network_says_how_to_point_at_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.setattr(suites, "default_clone_dir", lambda: tmp_path / "clone")
+    assert suites.main([str(tmp_path / "no-such-mirror")]) == EXIT_SUITE
+    with pytest.raises(suites.SuiteMissingError, match="point hakbench at an existing checkout"):
+        suites.clone_pinned(str(tmp_path / "no-such-mirror"), tmp_path / "clone")
+    assert not (tmp_path / "clone").exists() and not (tmp_path / "clone.partial").exists()

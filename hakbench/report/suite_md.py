@@ -4,47 +4,80 @@ From the rows of hakbench.report.apps (time and peak RSS per program and allocat
 to mimalloc as medians of per-round ratios with 95 % CIs): the table, the geomeans, and for
 libhakmem the program where it is furthest behind the fastest peer: per program the peer
 (every allocator but libhakmem) with the lowest median time ratio, and libhakmem's time
-against that peer's, paired by round the same way (hakbench.tables.matrix_summary). The
+against that peer's as the median of their per-round ratios (each cell runs once a round).
+The
 section says where its samples are, the suite's commit, the peers' versions and the command
 that refreshes it.
 """
 
 from __future__ import annotations
 
+from hakbench.core.metrics import METRICS
 from hakbench.engine.load import describe as describe_load
 from hakbench.report.apps import Row, _ratio_text, geomean_table, ratio_table
-from hakbench.tables.matrix_summary import summarize
 
 REFRESH = "hakbench scorecard --refresh --suite"
 HAKMEM = "hakmem"
 
 
-def against_fastest_peer(rows: list[Row], samples: list[dict], meta: dict) -> list[dict]:
-    """Per program: the fastest peer and libhakmem's time ratio to it (median, CI), from
-    the stored samples; programs without a libhakmem or a peer ratio are left out."""
-    cells = {c["key"]: c for c in meta["cells"]}
+def _round_ratios(samples, key_a: str, key_b: str, metric: str) -> list[float]:
+    """a/b per measured round in which both cells have an ok ``metric``."""
+    by_round: dict = {}
+    for s in samples:
+        v = (s.get("metrics") or {}).get(metric)
+        if s.get("phase") == "measure" and s.get("status") == "ok" and v:
+            by_round.setdefault((s["cell"], s["round"]), v)
+    return [
+        v / by_round[(key_b, r)]
+        for (k, r), v in sorted(by_round.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+        if k == key_a and (key_b, r) in by_round
+    ]
+
+
+def against_fastest_peer(rows: list[Row], samples: list[dict], reference: str) -> list[dict]:
+    """Per program: the fastest peer (lowest median time ratio to the reference) and
+    libhakmem's time and peak RSS against it: the table's own ratios when that peer is the
+    reference (adjacent pairs), else the median of the per-round ratios with its CI (each
+    other cell runs once per round, in the same shuffled rounds); programs without a
+    libhakmem or a peer ratio are left out."""
+    from hakbench.stats.stats import median_ci
+
     out = []
     for program in dict.fromkeys(r.workload for r in rows):
-        mine = [r for r in rows if r.workload == program and r.allocator == HAKMEM]
+        mine = next((r for r in rows if r.workload == program and r.allocator == HAKMEM), None)
         peers = [
             r
             for r in rows
             if r.workload == program and r.allocator != HAKMEM and r.time_ratio is not None
         ]
-        if not mine or not peers:
+        if mine is None or not peers:
             continue
         fastest = min(peers, key=lambda r: r.time_ratio[0])
-        chosen = [cells[mine[0].time.key], cells[fastest.time.key]]
-        peer = {"allocator": fastest.allocator}
-        time = summarize(samples, chosen, mine[0].time_metric, peer)[0]
-        memory = summarize(samples, chosen, "maxrss_kb", peer)[0]
-        if time.ratio is None:
+        if fastest.allocator == reference:
+            if mine.time_ratio is not None:
+                out.append(
+                    {
+                        "program": program,
+                        "peer": fastest.label,
+                        "time": mine.time_ratio,
+                        "memory": mine.memory_ratio,
+                    }
+                )
             continue
-        ratio = (time.ratio, time.ratio_ci_low, time.ratio_ci_high)
-        if mine[0].time.metric in ("app_rate", "throughput"):  # a rate: time is its inverse
-            ratio = (1 / ratio[0], 1 / ratio[2], 1 / ratio[1])
-        mem = (memory.ratio, memory.ratio_ci_low, memory.ratio_ci_high) if memory.ratio else None
-        out.append({"program": program, "peer": fastest.label, "time": ratio, "memory": mem})
+        ratios = _round_ratios(samples, mine.time.key, fastest.time.key, mine.time_metric)
+        if not ratios:
+            continue
+        if METRICS[mine.time_metric].higher_is_better:  # a rate: time is its inverse
+            ratios = [1 / x for x in ratios]
+        memory = _round_ratios(samples, mine.time.key, fastest.time.key, "maxrss_kb")
+        out.append(
+            {
+                "program": program,
+                "peer": fastest.label,
+                "time": median_ci(ratios),
+                "memory": median_ci(memory) if memory else None,
+            }
+        )
     return out
 
 
@@ -70,7 +103,7 @@ def suite_markdown(rows: list[Row], meta: dict, plot_prefix: str, samples=()) ->
         "xmalloc-test's rtime), else by its elapsed time; a rate counts as reference rate / "
         f"rate. {m['runs']} interleaved rounds (+{m['warmup']} warm-up): every cell once per "
         f"round in a seeded shuffled order; ratios to {ref} are the medians of the per-round "
-        "ratios with 95 % CIs, < 1 better.",
+        "ratios with 95 % CIs (with fewer than 6 ratios the interval is their range), < 1 better.",
         "",
         describe_load(meta.get("load")),
         "",
@@ -81,7 +114,7 @@ def suite_markdown(rows: list[Row], meta: dict, plot_prefix: str, samples=()) ->
         *geomean_table(rows, "programs"),
         "",
     ]
-    versus = against_fastest_peer(rows, list(samples), meta)
+    versus = against_fastest_peer(rows, list(samples), ref)
     if versus:
         worst = max(versus, key=lambda v: v["time"][0])
         lines += [
