@@ -218,6 +218,10 @@ def test_real_benign_runs_pass_their_checks():
     assert misuse_suite_model.benign_problem({**cfrac, "returncode": -6, "stderr": "x\n"}) == (
         "SIGABRT: x"
     )
+    partial = [r for r in records if not (r["label"] == "system" and r.get("program") == "mleak")]
+    usable = misuse_suite_model.usability(partial)
+    assert usable["hakmem:fast"].usable and not usable["system"].usable
+    assert usable["system"].reason == "mleak: not run"  # a run stopped among them
 
 
 def test_how_a_process_ended_is_kept():

@@ -153,20 +153,19 @@ class Usability:
 
 
 def usability(records: list[dict]) -> dict[str, Usability]:
-    """Per allocator label, from its benign records: usable when every one ran cleanly."""
-    out: dict[str, Usability] = {}
+    """Per allocator label with benign records: usable when every program of ``BENIGN``
+    ran, and ran cleanly (the first failure, or the first program missing, is the reason)."""
+    runs: dict[str, list[dict]] = {}
     for r in records:
-        if r.get("set") != "benign":
-            continue
-        label = r["label"]
-        problem = benign_problem(r)
-        old = out.get(label)
-        programs = (*(old.programs if old else ()), r["program"])
-        if old and not old.usable:
-            out[label] = Usability(label, False, old.reason, programs)
-        else:
-            why = f"{r['program']}: {problem}" if problem else ""
-            out[label] = Usability(label, not problem, why, programs)
+        if r.get("set") == "benign":
+            runs.setdefault(r["label"], []).append(r)
+    out = {}
+    for label, mine in runs.items():
+        problems = [f"{r['program']}: {p}" for r in mine if (p := benign_problem(r))]
+        ran = {r["program"] for r in mine}
+        problems += [f"{b.program}: not run" for b in BENIGN if b.program not in ran]
+        programs = tuple(r["program"] for r in mine)
+        out[label] = Usability(label, not problems, problems[0] if problems else "", programs)
     return out
 
 
