@@ -257,12 +257,12 @@ def stored_scorecard(results: Path) -> Scorecard:
 
 
 def build(results: Path, runs: list[Path], repo_url: str | None) -> Site:
+    views = [read_run(d, results) for d in run_dirs(runs)]  # bad input first: it is quick
     card = stored_scorecard(results)
     meta = card.meta
     points = stored_refreshes(results, card)
     known = {(p.refresh.date, p.refresh.commit) for p in points}
     points += points_of_history_csv(sc.read_history(results / sc.HISTORY_NAME), known)
-    views = [read_run(d, results) for d in run_dirs(runs)]
     flags = flags_of(views)
     root = git_history.repo_of(results)
     commits = [(p.refresh.commit, p.refresh.full_commit, p.refresh.date) for p in points]
