@@ -243,3 +243,23 @@ def test_the_checks_fail_on_a_broken_page(browser, site, tmp_path):
     assert "undefined_function is not defined" in problems[0]
     assert problems[1].endswith("gone.html")
     assert problems[2] == "index.html: c: trace 0 drew 2 markers for 3 points"
+
+
+def test_a_click_on_a_header_sorts_the_table(browser, site, tmp_path):
+    from hakbench.report.site.html import Cell, Table, page, table_html
+
+    out, _ = site
+    rows = [
+        [Cell(name, name), Cell(f"{v:.3f}", v)] for name, v in (("b", 1.5), ("a", 0.2), ("c", 10.0))
+    ]
+    html = page("t", [table_html(Table(["name", "ratio"], rows))], depth=0, charts=False)
+    shutil.copytree(out / "assets", tmp_path / "assets")
+    (tmp_path / "t.html").write_text(html)
+    tab = browser.new_page()
+    tab.goto((tmp_path / "t.html").as_uri())
+    column = "() => Array.from(document.querySelectorAll('td:first-child'), c => c.textContent)"
+    tab.click("th:nth-child(2)")
+    assert tab.evaluate(column) == ["a", "b", "c"]  # by number: 0.2 < 1.5 < 10
+    tab.click("th:nth-child(2)")
+    assert tab.evaluate(column) == ["c", "b", "a"]
+    tab.close()
