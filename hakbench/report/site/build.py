@@ -63,6 +63,9 @@ def write_site(site: Site, out: Path) -> list[Path]:
     _write(out, f"{ASSETS}/{SITE_JS}", SITE_JS_TEXT, written)
     h = site.history
     h.published_runs = {r.run_id for r in site.runs}
+    for r in site.runs:
+        if r.commit in h.order:
+            h.runs_at.setdefault(r.commit, []).append((r.run_id, f"{r.kind}, {r.headline()}"))
     sections = [*site.sections[:1], overview_section(h), *site.sections[1:]]
     toc = " · ".join(f'<a href="#{s.anchor}">{s.title}</a>' for s in sections)
     index = [f"<p>{toc}</p>", *(s.html() for s in sections)]
@@ -92,18 +95,24 @@ def write_site(site: Site, out: Path) -> list[Path]:
             page(f"Commit {c}", commit_page_body(h, c), depth=1, charts=False),
             written,
         )
+    commits = h.commits()
+
+    def commit_href(commit: str) -> str | None:
+        return "../" + commit_file(commit) if commit in commits else None
+
     runs_body = (
-        [table_html(runs_index_table(site.runs))]
+        [table_html(runs_index_table(site.runs, commit_href))]
         if site.runs
         else ["<p>No run directories published: pass them with <code>--runs DIR</code>.</p>"]
     )
     _write(out, "runs/index.html", page("Runs", runs_body, depth=1, charts=False), written)
     for r in site.runs:
-        commit_href = "../" + commit_file(r.commit) if r.commit in h.commits() else None
+        body = run_body(r, commit_href(r.commit))
+        charts_ = r.kind in ("ab", "soak")
         _write(
             out,
             run_file(r.run_id),
-            page(f"Run {r.run_id} ({r.kind})", run_body(r, commit_href), depth=1, charts=True),
+            page(f"Run {r.run_id} ({r.kind})", body, depth=1, charts=charts_),
             written,
         )
     return written

@@ -37,6 +37,8 @@ class History:
     reference: str = "mimalloc"
     repo_url: str | None = None
     published_runs: set[str] = field(default_factory=set)  # run ids that have a page
+    # commit -> (run id, what the run concluded) of the published runs that measured it
+    runs_at: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     def workloads(self) -> list[str]:
         return list(dict.fromkeys(p.workload for p in self.points))
@@ -51,6 +53,7 @@ class History:
     def commits(self) -> list[str]:
         """Commits with a page: those measured and those flagged, in line order."""
         have = {p.refresh.commit for p in self.points} | {f.commit for f in self.flags}
+        have |= set(self.runs_at)
         return [c for c in self.order if c in have]
 
 
@@ -331,6 +334,8 @@ def commit_page_body(history: History, commit: str) -> list[str]:
                         Cell(r.date, r.date),
                     ]
                 )
+    for run_id, headline in history.runs_at.get(commit, []):
+        links.append(f"run {link(run_id, '../' + run_file(run_id))}: {esc(headline)}")
     flags = [f for f in history.flags if f.commit == commit]
     body = [bullet_list(links) if links else ""]
     if rows:

@@ -363,15 +363,16 @@ def run_body(run: RunView, commit_href: str | None) -> list[str]:
     return parts
 
 
-def runs_index_table(runs: list[RunView]) -> Table:
+def runs_index_table(runs: list[RunView], commit_href) -> Table:
+    """Newest first; ``commit_href(commit)``: the commit's page, or None."""
     rows = [
         [
             Cell(r.run_id, r.run_id, href=f"{r.run_id}.html"),
             Cell(r.kind, r.kind),
             Cell(r.meta.get("date", DASH), r.meta.get("date", "")),
-            Cell(r.commit, r.commit),
+            Cell(r.commit, r.commit, href=commit_href(r.commit)),
             Cell(r.headline(), r.headline()),
         ]
-        for r in runs
+        for r in sorted(runs, key=lambda r: r.meta.get("date", ""), reverse=True)
     ]
     return Table(["run", "kind", "started", "commit", "result"], rows)
