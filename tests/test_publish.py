@@ -157,11 +157,15 @@ def test_flags_are_an_abs_no_go_and_a_gates_rise(tmp_path):
     assert flag.what.startswith("gate ROSE: ir_per_op +")
 
 
-def test_published_outside_git_the_history_is_the_stored_refresh_and_history_csv(tmp_path):
+def test_outside_git_the_history_is_the_stored_refresh_and_history_csv_and_sections_plug_in(
+    tmp_path,
+):
     results = tmp_path / "results"
     for name in (sc.STORED_DIR, sc.HISTORY_NAME):
         src = RESULTS / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, results / name)
+    # a public-suite refresh is stored like the applications' (a copy of theirs stands in)
+    shutil.copytree(RESULTS / sc.APPS_STORED_DIR, results / pub.SUITE_STORED_DIR)
     out = tmp_path / "site"
     written = pub.publish(out, results=results)
     assert out / "index.html" in written
@@ -174,7 +178,8 @@ def test_published_outside_git_the_history_is_the_stored_refresh_and_history_csv
     assert len(with_ci) == 1  # the refresh on disk; the others come from history.csv
     # no apps or misuse stored here: the page has the sections it has tables for
     index = (out / "index.html").read_text()
-    assert 'id="standing"' in index and 'id="apps"' not in index and 'id="misuse"' not in index
+    assert 'id="standing"' in index and 'id="suite"' in index
+    assert 'id="apps"' not in index and 'id="misuse"' not in index
     assert "No run directories published" in (out / "runs/index.html").read_text()
 
 

@@ -31,6 +31,7 @@ from hakbench.report.site.scorecard import (
     apps_section,
     misuse_section,
     standing_section,
+    suite_section,
     workloads_section,
 )
 from hakbench.tables.history_model import (
@@ -50,22 +51,28 @@ STORED_SAMPLES = f"{sc.STORED_DIR}/samples.jsonl"
 # ---- the scorecard's sections: one line each ----
 
 
-def scorecard_sections(results: Path, card) -> list[Section]:
-    """The index page's sections in order, each a function of its stored table. The
-    public-suite section plugs in here the same way, once its table module exists:
-    ``if <its stored dir>/meta.json exists: sections.append(public_suite_section(rows))``."""
-    sections = [
-        standing_section(card),
-        workloads_section(card, lambda w: history_file(w)),
-    ]
-    if (sc.stored_dir(results, sc.APPS_STORED_DIR) / "meta.json").exists():
-        from hakbench.report.apps import apps_rows
+# The public suites' stored samples (mimalloc-bench; the scorecard's SUITE_STORED_DIR), read
+# like the applications-and-stress section's.
+SUITE_STORED_DIR = "scorecard-suite"
 
+
+def scorecard_sections(results: Path, card) -> list[Section]:
+    """The index page's sections in order, each a function of its stored table, present
+    when that table is stored: a new section is one more line here."""
+    from hakbench.report.apps import apps_rows
+    from hakbench.tables.misuse_model import rows_of
+
+    def stored(name: str) -> bool:
+        return (sc.stored_dir(results, name) / "meta.json").exists()
+
+    sections = [standing_section(card), workloads_section(card, history_file)]
+    if stored(sc.APPS_STORED_DIR):
         samples, meta = sc.load_stored(results, sc.APPS_STORED_DIR)
         sections.append(apps_section(apps_rows(samples, meta), meta))
-    if (sc.stored_dir(results, sc.MISUSE_DIR) / "meta.json").exists():
-        from hakbench.tables.misuse_model import rows_of
-
+    if stored(SUITE_STORED_DIR):
+        samples, meta = sc.load_stored(results, SUITE_STORED_DIR)
+        sections.append(suite_section(apps_rows(samples, meta), meta))
+    if stored(sc.MISUSE_DIR):
         records, meta = sc.load_misuse(results)
         sections.append(misuse_section(rows_of(records), meta))
     return sections

@@ -132,6 +132,17 @@ def workloads_section(card: Scorecard, history_href=None) -> Section:
 
 def apps_section(rows: list, meta: dict) -> Section:
     """``rows``: ``hakbench.report.apps.Row`` of the stored applications-and-stress refresh."""
+    return ratios_section("apps", "Applications and stress", rows, meta, "scorecard-apps")
+
+
+def suite_section(rows: list, meta: dict) -> Section:
+    """The public suites (mimalloc-bench's programs): rows of the same kind, stored apart."""
+    return ratios_section("suite", "Public suites", rows, meta, "scorecard-suite")
+
+
+def ratios_section(anchor: str, title: str, rows: list, meta: dict, stored: str) -> Section:
+    """Time and peak-RSS ratios to the reference per workload and allocator, with their
+    CIs, failures, and each allocator's geomeans (``hakbench.report.apps.Row``)."""
     from hakbench.report.apps import geomeans
 
     ref = meta["matrix"]["reference"]["allocator"]
@@ -165,11 +176,11 @@ def apps_section(rows: list, meta: dict) -> Section:
     ]
     git = (meta.get("git") or {}).get("commit") or "?"
     return Section(
-        "apps",
-        "Applications and stress",
-        f"Real programs and stress patterns (results/scorecard-apps/, refreshed "
-        f"{meta.get('date', '?')} at commit {git[:10]}): time and peak RSS relative to "
-        f"{ref}, lower is better, each the median of adjacent-pair ratios with its 95 % CI.",
+        anchor,
+        title,
+        f"Stored in results/{stored}/, refreshed {meta.get('date', '?')} at commit "
+        f"{git[:10]}: time and peak RSS relative to {ref}, lower is better, each the median "
+        "of adjacent-pair ratios with its 95 % CI.",
         [
             table_html(
                 Table(
