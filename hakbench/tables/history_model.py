@@ -95,7 +95,7 @@ def summaries_of(samples: list[dict], meta: dict, metrics) -> dict[str, list[Cel
 
     Summarised one workload at a time: a cell pairs only with the reference of its own
     workload, so each summary scans that workload's samples, not the whole refresh's (the
-    same rows, several times faster on a scorecard of many workloads)."""
+    same rows as ``summarize`` over the whole refresh; a test checks it)."""
     cells = meta["cells"]
     reference = {"allocator": meta["matrix"]["reference"]["allocator"]}
     present = {m for s in samples for m in s.get("metrics", {})}
