@@ -204,8 +204,8 @@ def read_run(path: Path, results: Path) -> RunView:
     view = RunView(
         path.name, path, kind, meta, report_md=report.read_text() if report.exists() else ""
     )
+    view.summary = _csv_rows(path / "summary.csv")
     if kind == "ab":
-        view.summary = _csv_rows(path / "summary.csv")
         samples = load_samples(path / "samples.jsonl") if (path / "samples.jsonl").exists() else []
         keep = ("cell", "workload", "phase", "round", "pair", "side", "status", "metrics")
         view.samples = [{k: s.get(k) for k in keep} for s in samples if s.get("phase") == "measure"]

@@ -354,9 +354,25 @@ def gate_body(run: RunView) -> list[str]:
     ]
 
 
+def summary_body(run: RunView) -> list[str]:
+    """Any other run's summary.csv, as it is (a ``run``'s or a ``matrix``'s cells)."""
+    if not run.summary:
+        return []
+    header = list(run.summary[0])
+
+    def value(v: str) -> Cell:
+        x = _f(v)
+        if x is None or v.strip() == "":
+            return Cell(v, v)
+        return num(x, ",.0f" if abs(x) >= 1000 else ".4g")
+
+    rows = [[value(r.get(h) or "") for h in header] for r in run.summary]
+    return [Section("summary", "summary.csv", "", [table_html(Table(header, rows))]).html()]
+
+
 def run_body(run: RunView, commit_href: str | None) -> list[str]:
-    body = {"ab": ab_body, "soak": soak_body, "gate": gate_body}.get(run.kind)
-    parts = body(run) if body else []
+    body = {"ab": ab_body, "soak": soak_body, "gate": gate_body}.get(run.kind, summary_body)
+    parts = body(run)
     parts.append(Section("provenance", "Provenance", "", [provenance(run, commit_href)]).html())
     if run.report_md:
         parts.append(Section("report", "report.md", "", [pre(run.report_md)]).html())
