@@ -195,6 +195,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         main, ["publish", str(tmp_path / "site"), "--runs", str(tmp_path / "empty")]
     )
     assert empty.exit_code == 2 and "neither a run directory" in empty.output
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    taken = runner.invoke(main, ["publish", str(tmp_path / "mine")])
+    assert taken.exit_code == 2 and "holds other files" in taken.output
+    assert (tmp_path / "mine" / "notes.txt").exists()
     nothing = runner.invoke(
         main, ["publish", str(tmp_path / "site"), "--results", str(tmp_path / "empty")]
     )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from hakbench.core.errors import UsageError
 from hakbench.experiments.publish import publish
 
 
@@ -38,8 +37,6 @@ def publish_cmd(out, runs, repo_url, results):
     page), and a page per run directory given with --runs (an ab's verdicts, pairs and
     paired ratios, engagement and guardrails; a soak's trends; a gate's cells). Open
     OUT/index.html from disk; no server is needed. Exit 2 on bad input."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: not a directory")
     started = time.monotonic()
     written = publish(out, results=results, runs=list(runs), repo_url=repo_url)
     pages = sum(p.suffix == ".html" for p in written)

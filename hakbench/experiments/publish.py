@@ -23,7 +23,7 @@ from hakbench.core.errors import UsageError
 from hakbench.engine import git_history
 from hakbench.engine.store import load_samples, read_json, read_jsonl
 from hakbench.experiments import scorecard as sc
-from hakbench.report.site.build import Site, write_site
+from hakbench.report.site.build import MARKER, Site, is_replaceable, write_site
 from hakbench.report.site.history import History, history_file
 from hakbench.report.site.html import Section
 from hakbench.report.site.runs import RunView
@@ -297,5 +297,12 @@ def publish(
     out: Path, *, results: Path | None = None, runs=(), repo_url: str | None = None
 ) -> list[Path]:
     results = results or paths.results_dir()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: not a directory")
+    if not is_replaceable(out):
+        raise UsageError(
+            f"{out} holds other files (no {MARKER} of an earlier publish); "
+            "publish into a new or empty directory"
+        )
     site = build(results, [Path(r) for r in runs], repo_url)
     return write_site(site, out)

@@ -52,12 +52,25 @@ def _write(out: Path, rel: str, text: str, written: list[Path]) -> None:
     written.append(path)
 
 
+# Marks a directory as a site this module wrote: only such a directory is cleared before a
+# new publish (OUT could be any folder the user names, results/ included).
+MARKER = ".hakbench-site"
+
+
+def is_replaceable(out: Path) -> bool:
+    """Whether ``out`` may be written: absent, empty, or a site published before."""
+    return not out.exists() or (out / MARKER).exists() or not any(out.iterdir())
+
+
 def write_site(site: Site, out: Path) -> list[Path]:
-    """Every page of ``site`` into ``out`` (its old pages removed first); the paths written."""
-    for sub in ("history", "commits", "runs", ASSETS):
-        if (out / sub).is_dir():
-            shutil.rmtree(out / sub)
+    """Every page of ``site`` into ``out`` (the pages of an earlier publish there removed
+    first); the paths written. The caller checks ``is_replaceable(out)``."""
+    if (out / MARKER).exists():
+        for sub in ("history", "commits", "runs", ASSETS):
+            if (out / sub).is_dir():
+                shutil.rmtree(out / sub)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by hakbench publish; the next publish replaces it\n")
     written: list[Path] = [charts.write_plotly_js(out / ASSETS / PLOTLY_JS)]
     _write(out, f"{ASSETS}/{SITE_CSS}", SITE_CSS_TEXT, written)
     _write(out, f"{ASSETS}/{SITE_JS}", SITE_JS_TEXT, written)
