@@ -94,35 +94,50 @@ def local_file(url: str) -> Path | None:
     return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
 
 
+TABS = 3  # pages opened at once: each tab renders in a process of its own
+
+
 def crawl(browser, start: Path, shots: dict[str, str] | None = None, shot_dir: Path | None = None):
-    """Open every page reachable from ``start`` by local links, once each. Returns
-    {page: {"errors": [...], "links": [...], "charts": [...]}} and saves the screenshots
-    named in ``shots`` (page path relative to start's folder -> PNG name)."""
-    root = start.parent
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(f"exception: {e}"))
-    page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+    """Open every page reachable from ``start`` by local links, once each, a few tabs at a
+    time. Returns {page: {"errors": [...], "links": [...], "charts": [...]}} and saves the
+    screenshots named in ``shots`` (page path relative to start's folder -> PNG name)."""
+    root = start.parent.resolve()
+    tabs = []
+    for _ in range(TABS):
+        tab = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors: list[str] = []
+        tab.on(
+            "console",
+            lambda m, e=errors: e.append(f"console: {m.text}") if m.type == "error" else None,
+        )
+        tab.on("pageerror", lambda x, e=errors: e.append(f"exception: {x}"))
+        tab.on("requestfailed", lambda r, e=errors: e.append(f"request failed: {r.url}"))
+        tabs.append((tab, errors))
     seen: dict[Path, dict] = {}
     todo = deque([start.resolve()])
     while todo:
-        path = todo.popleft()
-        if path in seen:
-            continue
-        errors.clear()
-        page.goto(path.as_uri(), wait_until="load")
-        links = page.evaluate(LINKS_JS)
-        charts = page.evaluate(CHARTS_JS)
-        rel = path.relative_to(root.resolve()).as_posix()
-        if shots and rel in shots and shot_dir:
-            page.screenshot(path=str(shot_dir / shots[rel]))
-        seen[path] = {"errors": list(errors), "links": links, "charts": charts}
-        for url in links:
-            target = local_file(url)
-            if target and target.suffix == ".html" and target.exists() and target not in seen:
-                todo.append(target)
-    page.close()
+        batch: list[Path] = []
+        while todo and len(batch) < TABS:
+            path = todo.popleft()
+            if path not in seen and path not in batch:
+                batch.append(path)
+        for (tab, errors), path in zip(tabs, batch, strict=False):
+            errors.clear()
+            tab.goto(path.as_uri(), wait_until="commit")  # the tabs load side by side
+        for (tab, errors), path in zip(tabs, batch, strict=False):
+            tab.wait_for_load_state("load")
+            links = tab.evaluate(LINKS_JS)
+            charts = tab.evaluate(CHARTS_JS)
+            rel = path.relative_to(root).as_posix()
+            if shots and rel in shots and shot_dir:
+                tab.screenshot(path=str(shot_dir / shots[rel]))
+            seen[path] = {"errors": list(errors), "links": links, "charts": charts}
+            for url in links:
+                target = local_file(url)
+                if target and target.suffix == ".html" and target.exists() and target not in seen:
+                    todo.append(target)
+    for tab, _ in tabs:
+        tab.close()
     return seen
 
 
