@@ -159,7 +159,9 @@ def browser():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         yield b
         b.close()
 
