@@ -110,6 +110,7 @@ def test_history_reads_every_committed_refresh_each_on_its_machines_line(repo):
         "run_id": "r1",
         "full_run": "r1",
         "cpu_model": "Intel(R) Xeon(R) Processor",
+        "cpu_count": 2,
         "git": {"commit": "a" * 40, "dirty": False},
     }
     store(results, samples, first)
