@@ -196,6 +196,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         main, ["publish", str(tmp_path / "site"), "--runs", str(tmp_path / "empty")]
     )
     assert empty.exit_code == 2 and "neither a run directory" in empty.output
+    several = runner.invoke(
+        main, ["publish", str(tmp_path / "s2"), "--runs", str(tmp_path / "empty"), str(RUNS)]
+    )
+    assert several.exit_code == 2 and "empty: neither a run directory" in several.output
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     taken = runner.invoke(main, ["publish", str(tmp_path / "mine")])
