@@ -33,12 +33,12 @@ from hakbench.experiments.publish import publish
 def publish_cmd(out, more_runs, runs, repo_url, results):
     """Write a static site into OUT from the stored samples alone (nothing is measured):
     the scorecard (sortable tables: ratios with their intervals, milestones, Ir/op; the
-    applications-and-stress, public-suites and heap-misuse sections), the scorecard across commits (one
-    chart per workload and metric, a line per machine, each point a link to its commit's
-    page), and a page per run directory given with --runs or after OUT (--runs A B C
-    works too; a folder of runs, results/runs, counts as each of them): an ab's verdicts,
-    pairs and paired ratios, engagement and guardrails; a soak's trends; a gate's cells.
-    Open OUT/index.html from disk; no server is needed. Exit 2 on bad input."""
+    applications-and-stress, public-suites and heap-misuse sections), the scorecard across
+    commits (one chart per workload and metric, a line per machine, each point a link to
+    its commit's page), and a page per run directory given with --runs or after OUT
+    (--runs A B C works too; a folder of runs, results/runs, counts as each of them): an
+    ab's verdicts, pairs and paired ratios, engagement and guardrails; a soak's trends; a
+    gate's cells. Open OUT/index.html from disk; no server is needed. Exit 2 on bad input."""
     started = time.monotonic()
     written = publish(out, results=results, runs=[*runs, *more_runs], repo_url=repo_url)
     pages = sum(p.suffix == ".html" for p in written)
