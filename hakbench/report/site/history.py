@@ -299,6 +299,8 @@ def commit_page_body(history: History, commit: str) -> list[str]:
     full = next((p.refresh.full_commit for p in pts if p.refresh.full_commit), None)
     full = full or next((f.full_commit for f in history.flags if f.commit == commit), None)
     links = []
+    if commit.endswith("+dirty"):
+        links.append("measured on a work tree with uncommitted changes on top of this commit")
     if history.repo_url and full:
         links.append(link(f"{commit} upstream", f"{history.repo_url.rstrip('/')}/commit/{full}"))
     refreshes = [r for r in history.refreshes() if r.commit == commit]
