@@ -8,7 +8,6 @@ link to the run that flagged them. Pure: ``HistoryPoint`` and ``Flag`` rows in, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hakbench.report.site import charts
@@ -122,14 +121,13 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
             if not pts:
                 continue
             pts.sort(key=lambda p: (history.x(p.refresh.commit), p.refresh.date))
-            scaled = lambda v: None if v is None else v * scale  # noqa: E731
             traces.append(
                 charts.scatter(
                     f"{label} · {machine.short}" if len(machines) > 1 else label,
                     [history.x(p.refresh.commit) for p in pts],
                     [p.value * scale for p in pts],
-                    low=[scaled(p.low) for p in pts],
-                    high=[scaled(p.high) for p in pts],
+                    low=[None if p.low is None else p.low * scale for p in pts],
+                    high=[None if p.high is None else p.high * scale for p in pts],
                     colour=colour,
                     symbol=charts.SYMBOLS[j % len(charts.SYMBOLS)],
                     dash=charts.DASHES[j % len(charts.DASHES)],
@@ -255,7 +253,7 @@ def flag_list(history: History, flags: list[Flag], depth: int) -> str:
     return bullet_list(items)
 
 
-def refresh_table(history: History, depth: int, commit_href: Callable | None = None) -> Table:
+def refresh_table(history: History, depth: int) -> Table:
     up = "../" * depth
     rows = []
     for r in history.refreshes():
