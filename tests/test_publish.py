@@ -118,6 +118,8 @@ def test_history_reads_every_committed_refresh_each_on_its_machines_line(repo):
     second = {**meta, "date": "2026-11-21T10:00:00+00:00", "run_id": "r2", "full_run": "r2"}
     store(results, samples, second)
     stored_second = commit(repo, "second refresh")
+    (results / sc.STORED_DIR / "meta.json").write_text("{")  # a version no reader knows
+    commit(repo, "a broken meta.json")
     third = {**meta, "date": "2026-11-22T10:00:00+00:00", "run_id": "r3", "full_run": "r3"}
     store(results, samples, third)  # on disk, not committed
 

@@ -97,35 +97,31 @@ def stored_refreshes(results: Path, card) -> list[HistoryPoint]:
     """Every refresh whose samples git history holds, and the one on disk (``card``, its
     summaries made already; committed or not), as history points."""
     current = (card.meta.get("date"), card.meta.get("run_id"))
-    points = points_of_summaries(card.by_metric, card.meta)
-    seen = {current}
-    stored_in = None
+    on_disk = points_of_summaries(card.by_metric, card.meta)
     root = git_history.repo_of(results)
     if root is None:
-        return points
+        return on_disk
+    points: list[HistoryPoint] = []
+    seen = {current}
+    stored_in = None  # the first commit that stored the refresh on disk
     rel = results.resolve().relative_to(root.resolve()).as_posix()
     for v in git_history.versions(root, f"{rel}/{STORED_META}"):
-        meta_text = git_history.show(root, v.commit, f"{rel}/{STORED_META}")
-        if not meta_text:
-            continue
-        meta = json.loads(meta_text)
+        try:
+            meta = json.loads(git_history.show(root, v.commit, f"{rel}/{STORED_META}") or "")
+        except json.JSONDecodeError:
+            continue  # not a meta.json this reader knows: that version is left out
         key = (meta.get("date"), meta.get("run_id"))
         if key in seen:
             stored_in = stored_in or (v.commit if key == current else None)
             continue  # the same refresh committed again (a re-render, a move)
         samples_text = git_history.show(root, v.commit, f"{rel}/{STORED_SAMPLES}")
-        if not samples_text:
+        if not samples_text or not isinstance(meta.get("cells"), list):
             continue
         seen.add(key)
         points += points_of(_parse_jsonl(samples_text), meta, stored_in=v.commit)
     if stored_in:  # the refresh on disk was committed: say by which commit
-        points = [
-            replace(p, refresh=replace(p.refresh, stored_in=stored_in))
-            if p.refresh.stored_in is None and (p.refresh.date, p.refresh.run_id) == current
-            else p
-            for p in points
-        ]
-    return points
+        on_disk = [replace(p, refresh=replace(p.refresh, stored_in=stored_in)) for p in on_disk]
+    return points + on_disk
 
 
 def commit_order(commits: list[tuple[str, str | None, str]], root: Path | None) -> list[str]:
