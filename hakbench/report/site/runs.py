@@ -256,9 +256,13 @@ def ab_body(run: RunView) -> list[str]:
 
 
 def soak_charts(run: RunView) -> list[str]:
+    """RSS and ops/s per epoch, a line per allocator (RSS from /proc, else the harness's
+    own reading when /proc was already gone, as the soak's figures do)."""
     groups: dict[str, list[dict]] = {}
     for e in run.epochs:
         groups.setdefault(f"{e['allocator']} {e.get('profile') or ''}".strip(), []).append(e)
+    times = [t for e in run.epochs if (t := _f(e.get("t"))) is not None]
+    minutes = bool(times) and max(times) > 300
     out = []
     for key, (title, axis, scale) in {
         "rss_kb": ("resident memory per epoch", "RSS (MiB, VmRSS)", 1 / 1024),
@@ -266,8 +270,13 @@ def soak_charts(run: RunView) -> list[str]:
     }.items():
         traces = []
         for i, (label, rows) in enumerate(groups.items()):
-            pts = [(float(r["t"]), _f(r.get(key)) or _f(r.get("harness_rss_kb"))) for r in rows]
-            pts = [(t, v * scale) for t, v in pts if v is not None]
+            pts = []
+            for r in rows:
+                t, v = _f(r.get("t")), _f(r.get(key))
+                if v is None and key == "rss_kb":
+                    v = _f(r.get("harness_rss_kb"))
+                if t is not None and v is not None:
+                    pts.append((t / 60 if minutes else t, v * scale))
             traces.append(
                 charts.scatter(
                     label,
@@ -276,9 +285,12 @@ def soak_charts(run: RunView) -> list[str]:
                     colour=charts.PALETTE[i % len(charts.PALETTE)],
                 )
             )
+        x_title = "time (min)" if minutes else "time (s)"
         out.append(
             charts.chart_html(
-                f"soak-{key}", traces, charts.layout(f"Soak: {title}", "time (s)", axis)
+                f"soak-{key}",
+                traces,
+                charts.layout(f"Soak: {title}", x_title, axis, showlegend=True),
             )
         )
     return out
