@@ -26,6 +26,7 @@ PALETTE = (
     "#17becf",
 )
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "star")
+SYMBOL_GLYPHS = ("●", "■", "◆", "▲", "✚", "★")  # the same shapes, for a key in the text
 DASHES = ("solid", "dash", "dot", "dashdot")
 CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -88,6 +89,7 @@ def scatter(
     hover: list[str] | None = None,
     visible: bool = True,
     group: str | None = None,
+    legend: bool = True,
 ) -> dict:
     """One trace; ``low``/``high`` (absolute bounds) become asymmetric error bars."""
     trace = {
@@ -125,6 +127,8 @@ def scatter(
         trace["visible"] = "legendonly"
     if group:
         trace["legendgroup"] = group
+    if not legend:
+        trace["showlegend"] = False
     return trace
 
 

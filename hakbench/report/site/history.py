@@ -23,7 +23,7 @@ from hakbench.report.site.html import (
     num,
     table_html,
 )
-from hakbench.tables.history_model import HISTORY_METRICS, Flag, HistoryPoint, Refresh
+from hakbench.tables.history_model import HISTORY_METRICS, Flag, HistoryPoint, Machine, Refresh
 
 MAX_TICK_LABELS = 24  # past this many commits, label every k-th so the labels never overlap
 
@@ -45,6 +45,11 @@ class History:
     def refreshes(self) -> list[Refresh]:
         seen = dict.fromkeys(p.refresh for p in self.points)
         return sorted(seen, key=lambda r: (self.x(r.commit), r.date))
+
+    def machines(self) -> list[Machine]:
+        """Every machine, the one of the newest refresh first (drawn solid, with circles):
+        a machine's marker is the same on every chart."""
+        return list(dict.fromkeys(r.machine for r in reversed(self.refreshes())))
 
     def x(self, commit: str) -> int:
         return self.order.index(commit)
@@ -112,10 +117,11 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
         return None
     up = "../" * depth
     labels = list(dict.fromkeys(p.label for p in mine))
-    machines = list(dict.fromkeys(p.refresh.machine for p in mine))
+    machines = history.machines()
     traces = []
     for i, label in enumerate(labels):
         colour = charts.PALETTE[i % len(charts.PALETTE)]
+        named = False  # one legend entry per allocator: it shows and hides all its lines
         for j, machine in enumerate(machines):
             pts = [p for p in mine if p.label == label and p.refresh.machine == machine]
             if not pts:
@@ -123,7 +129,7 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
             pts.sort(key=lambda p: (history.x(p.refresh.commit), p.refresh.date))
             traces.append(
                 charts.scatter(
-                    f"{label} · {machine.short}" if len(machines) > 1 else label,
+                    label,
                     [history.x(p.refresh.commit) for p in pts],
                     [p.value * scale for p in pts],
                     low=[None if p.low is None else p.low * scale for p in pts],
@@ -135,8 +141,10 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
                     hover=[_hover(p, metric) for p in pts],
                     visible=is_highlighted(label, history.reference),
                     group=label,
+                    legend=not named,
                 )
             )
+            named = True
     n = len(history.order)
     step = max(1, -(-n // MAX_TICK_LABELS))
     ticks = list(range(0, n, step))
@@ -188,11 +196,21 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
         },
         shapes=shapes,
         annotations=notes,
-        height=470,
+        height=430,
         margin={"b": 100},
         legend={"orientation": "h", "y": -0.32, "yanchor": "top", "x": 0},
     )
     return charts.chart_html(div_id, traces, lay)
+
+
+def machine_key(history: History) -> str:
+    """Which marker is which machine (one line per machine on every chart)."""
+    items = [
+        f"{charts.SYMBOL_GLYPHS[j % len(charts.SYMBOL_GLYPHS)]} {esc(m.description)} "
+        f"({esc(m.fingerprint)})"
+        for j, m in enumerate(history.machines())
+    ]
+    return "<p>Machines (marker and line style): " + " · ".join(items) + "</p>"
 
 
 def charts_block(history: History, workload: str, metrics, *, depth: int) -> list[str]:
@@ -219,6 +237,7 @@ def overview_section(history: History, *, depth: int = 0) -> Section:
         "libhakmem and the reference are shown; click the legend for the others.",
         [
             f"<p>Ir/op and peak RSS per workload: {pages}</p>",
+            machine_key(history),
             '<div class="charts">',
             *parts,
             "</div>",
@@ -229,7 +248,7 @@ def overview_section(history: History, *, depth: int = 0) -> Section:
 def workload_page_body(history: History, workload: str) -> list[str]:
     parts = charts_block(history, workload, list(HISTORY_METRICS), depth=1)
     flags = [f for f in history.flags if f.workload == workload]
-    body = ['<div class="charts">', *parts, "</div>"]
+    body = [machine_key(history), '<div class="charts">', *parts, "</div>"]
     if flags:
         body.append(
             Section("flags", "Flagged regressions", "", [flag_list(history, flags, 1)]).html()
