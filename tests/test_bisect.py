@@ -223,3 +223,27 @@ def test_a_range_that_is_no_regression_is_not_bisected():
     search.CULPRIT = 99  # nothing is bad: the confirmation is NEUTRAL
     bisect._by_pairs(search, "g", search.commits)
     assert search.result.found is None and "not confirmed" in search.result.message
+
+
+def test_a_stop_writes_the_report_of_the_steps_that_finished(tmp_path, monkeypatch):
+    """SIGINT during the search (here: after its first step) writes report.md and meta.json
+    from what finished and exits 130 with the --resume command; the directory resumes."""
+
+    def one_step_then_stop(search, good, commits):
+        search.step("count", good, None, "counted", bisect.GOOD, "83.662 Ir/op")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bisect, "_search", one_step_then_stop)
+    out = tmp_path / "b"
+    r = CliRunner().invoke(
+        main, ["bisect", "--good", "HEAD~2", "--bad", "HEAD", "-w", "mixed", "--out", str(out)]
+    )
+    assert r.exit_code == 130, r.output
+    assert f"hakbench bisect --resume {out}" in r.output
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["finished"] is False and len(meta["steps"]) == 1
+    assert "**Interrupted**" in (out / "report.md").read_text()
+    monkeypatch.setattr(bisect, "_search", lambda search, good, commits: None)
+    r = CliRunner().invoke(main, ["bisect", "--resume", str(out)])
+    assert json.loads((out / "meta.json").read_text())["finished"] is True
+    assert r.exit_code == 3 and "no commit found" in r.output  # (nothing was searched)

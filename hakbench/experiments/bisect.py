@@ -95,8 +95,10 @@ class BisectResult:
 
     @property
     def probes(self) -> int:
-        """The commits the search judged (counts or A/B probes), good and bad included."""
-        return sum(s.kind in ("count", "probe") for s in self.steps)
+        """The distinct commits the search judged (counted, or a side of an A/B step), good
+        and bad included: what a linear scan's n + 1 compares with."""
+        seen = {s.commit for s in self.steps} | {s.against for s in self.steps if s.against}
+        return len(seen)
 
 
 def first_parent_range(good: str, bad: str, root: Path) -> list[str]:

@@ -89,8 +89,8 @@ def rule_lines(result) -> list[str]:
     threaded = {w: m for w, m in own.items() if w not in commands}
     if threaded:  # CPU time leaves out the time threads wait for each other
         lines += [
-            "Judged on wall-clock throughput (several threads: their CPU time leaves out the "
-            f"time they wait for each other): {', '.join(threaded)}.",
+            f"Judged on throughput (several threads): {', '.join(threaded)} (wall clock: their "
+            "CPU time leaves out the time they wait for each other).",
             "",
         ]
     if commands:
