@@ -424,6 +424,8 @@ def range_from_history(
                 f"{last['date'][:16]} ({last['commit']})"
             )
             # a refresh from a dirty tree is recorded as <sha>+dirty: its commit is the base
+            if "+" in r["commit"] + last["commit"]:
+                why += "; +dirty: measured with uncommitted changes its commit may not hold"
             return r["commit"].split("+")[0], last["commit"].split("+")[0], why
     raise UsageError(
         f"--from-history: {workload} ({allocator}) was never {threshold_pct:g} % better than "
