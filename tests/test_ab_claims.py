@@ -238,6 +238,10 @@ def test_set_of_a_bad_boolean_is_refused_before_anything_runs(tmp_path):
     assert "HAKMEM_SS_MEM_LEAN=banana in --set: not a valid bool" in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not out.exists()
+    # between revisions too, before any is built (or even looked up)
+    args = ["ab", "--set", "HAKMEM_SS_MEM_LEAN=banana", "--rev", "no-such-rev-xyz"]
+    r = CliRunner().invoke(main, [*args, "-w", "mixed", "--out", str(out)])
+    assert r.exit_code == 2 and "not a valid bool" in r.output, r.output
 
 
 @pytest.mark.parametrize(

@@ -227,6 +227,8 @@ def ab_cmd(
     ab_plan.check_layouts(spec)  # a reference allocator has no layouts: before any build
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
         ab_plan.check_spec(spec)  # (with revisions, each side is checked against its own build)
+    else:
+        ab_plan.check_set_types(spec)  # and a bad value before any revision is built
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
     if spec.sequential:

@@ -131,6 +131,20 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
     return build_cells_why(spec, builds or {})
 
 
+def check_set_types(spec: ABSpec) -> None:
+    """``--set`` values of the options the work tree's table knows, checked against their
+    types before any revision is built (each side's build checks its own table again, and
+    the options it alone has)."""
+    from hakbench.core import paths
+    from hakbench.core.profiles import load_options, validate_env
+
+    if not spec.sets or not paths.options_binary().exists():
+        return
+    options = load_options()
+    known = {o["name"] for o in options}
+    validate_env({k: v for k, v in spec.sets.items() if k in known}, options, "--set")
+
+
 def spec_of(meta: dict) -> ABSpec:
     """The spec a run directory's meta.json recorded (for --resume and --continue)."""
     fields = {f.name for f in dataclasses.fields(ABSpec)}
