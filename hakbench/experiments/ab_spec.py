@@ -52,10 +52,13 @@ DEFAULT_PERF_MODE = "observe"
 DEFAULT_PERF_RUNS = 3
 # Code layouts a side when the two sides are different libhakmem binaries: their difference
 # is the change plus where its code landed, and a relayout alone moved tiny_hot by up to
-# 1.6-2 % (issue 42), so a verdict between builds must include the layout spread. 8, not 4:
-# the layout floor narrows as 1/sqrt(K) and its t quantile with the degrees of freedom
-# (docs/measuring.md, "Code layout"); a layout is a link of the same objects (~0.1 s).
-DEFAULT_BUILD_LAYOUTS = 8
+# 1.6-2 % (issue 42), so a verdict between builds must include the layout spread. 16: the
+# layout floor narrows as 1/sqrt(K) and its t quantile with the degrees of freedom; measured
+# 2026-11-28 (docs/notebook/2026-11-28-verdicts.md) on tiny_hot, a ~1.6 % slowdown between
+# two revisions was NO-GO in 3 of 10 default calls with 8 layouts a side (7 layout-limited)
+# and 9 of 10 with 16, an unused function never GO/NO-GO with either; a layout is a link of
+# the same objects (~0.1 s).
+DEFAULT_BUILD_LAYOUTS = 16
 
 
 def judged_metric(metric: str, workload) -> str:
