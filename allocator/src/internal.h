@@ -244,6 +244,11 @@ typedef struct hak_heap {
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
     struct hak_heap *next_live, *prev_live;
+    // Nonzero while its thread is inside a slow path that changes the heap's lists (and while
+    // the heap is being created or destroyed). A fork child adopts the heaps of the parent's
+    // other threads (hak_heap_fork_child) only where this was 0 at the fork: their lists are
+    // then whole, as the fast paths change them one store at a time.
+    uint32_t busy;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
 #endif
@@ -374,6 +379,7 @@ size_t hak_superslab_purge(hak_superslab *ss); // bytes given back
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 void hak_superslab_reclaim_abandoned(unsigned visits);
+void hak_superslab_reclaim_all_abandoned(void);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
@@ -385,6 +391,9 @@ void hak_superslab_fork_child(void);
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
 void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
 size_t hak_large_trim(void);      // malloc_trim: all of them now (bytes given back)
+void *hak_os_map(size_t size);
+int hak_os_release_cached(void);
+size_t hak_large_release_cache(void); // large.c: every cached region unmapped (bytes)
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
@@ -480,15 +489,17 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
 }
 
 // The next link of a chain of `page`'s blocks that a slow path walks (the remote frees being
-// collected), NULL at its end: checked as a pop checks it, in the fast build too (there with
-// hak_pop_ok, the one compare that also finds the end), so a forged link is reported before
-// the walk writes through it.
+// collected), NULL at its end, checked before the walk writes through it: in the fast build in
+// full (hak_page_slot_holds), since the walk clears each block's second word, and a link that
+// only lay above the page's descriptor (a write after free into a remotely freed block) made
+// that an 8-byte write at an address of the writer's choosing (test_lifecycle: forged remote
+// link). The debug and secure builds check it as a pop does.
 static inline hak_block *hak_link_walk(const hak_page *page, const hak_block *block) {
 #if defined(HAK_DEBUG) || defined(HAK_SECURE)
     return hak_link_checked(page, block);
 #else
     hak_block *next = hak_link(block);
-    if (HAK_UNLIKELY(!hak_pop_ok(page, next)) && next) hak_page_bad_link(next);
+    if (HAK_UNLIKELY(next && !hak_page_slot_holds(page, (uintptr_t)next))) hak_page_bad_link(next);
     return next;
 #endif
 }
@@ -524,6 +535,18 @@ hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
 void hak_heap_install_page(hak_heap *heap, hak_page *page);
 void hak_heap_detach_page(hak_heap *heap, hak_page *page);
 void hak_heap_release_page(hak_heap *heap, hak_page *page);
+
+// Brackets of a slow path that changes the heap's lists (see hak_heap.busy). The fences keep
+// the compiler from moving the heap's stores across them; the fork snapshot sees the thread's
+// stores in program order (x86-64's TSO).
+static inline void hak_heap_enter(hak_heap *heap) {
+    heap->busy++;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+static inline void hak_heap_leave(hak_heap *heap) {
+    atomic_signal_fence(memory_order_seq_cst);
+    heap->busy--;
+}
 
 static inline void hak_heap_free_delayed(hak_heap *heap) {
     if (HAK_UNLIKELY(atomic_load_explicit(&heap->delayed_free, memory_order_relaxed) != NULL))
@@ -625,6 +648,7 @@ static inline void *hak_page_pop(hak_page *page) {
 void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block);
 void hak_heap_note_abandoned_free(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
+void *hak_heap_exited_alloc(unsigned cls, void *(*alloc)(hak_heap *heap, unsigned cls));
 void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);
 void hak_heap_fork_child(void);

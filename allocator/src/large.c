@@ -172,13 +172,27 @@ static int table_reserve(void) {
     return 1;
 }
 
-static int table_insert(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
-    if (!table_reserve()) return 0;
+static void table_put(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
     size_t i = slot_of(block);
     while (table[i].block > HAK_LARGE_TOMBSTONE)
         i = (i + 1) & (table_capacity - 1);
     if (table[i].block == 0) table_used++;
     table[i] = (hak_large){block, map_size, usable, 0, map_id};
+}
+
+static int table_insert(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
+    if (!table_reserve()) return 0;
+    table_put(block, map_size, usable, map_id);
+    return 1;
+}
+
+// The entry of a block that realloc took out of the table while mremap moved or grew it: it
+// must go back, so when the table cannot grow (out of memory) it takes a slot beyond the
+// table's load bound, while one stays empty (a lookup ends at an empty slot). realloc reserved
+// room before it took the entry out, so only concurrent inserts can have used that up.
+static int table_insert_back(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
+    if (!table_reserve() && table_used + 2 > table_capacity) return 0;
+    table_put(block, map_size, usable, map_id);
     return 1;
 }
 
@@ -210,9 +224,7 @@ static uint32_t chunk_map_id; // the current chunk's (its spans share it)
 // the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
 static char *span_take(size_t need) {
     if (chunk_left < need) {
-        char *chunk =
-            mmap(NULL, HAK_LARGE_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        hak_stat_add(ss_os, mmap_total, 1);
+        char *chunk = hak_os_map(HAK_LARGE_CHUNK); // (under the lock: it is taken again there)
         if (chunk == MAP_FAILED) return NULL;
         hak_stat_mapped((long)HAK_LARGE_CHUNK);
         if (chunk_left) {
@@ -427,7 +439,9 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         hak_stat_add(large, cache_hit, 1);
         hak_stat_add(large, alloc, 1);
         hak_stat_add(large, live_kb, need / 1024);
-        if (zero) memset(block, 0, size);
+        // calloc: the whole usable size, which malloc_usable_size reports and the program may
+        // use (the region's last user wrote it up to its own usable size).
+        if (zero) memset(block, 0, need);
         return block;
     }
     if (alignment <= HAK_OS_PAGE_SIZE && need <= HAK_LARGE_SPAN_MAX &&
@@ -460,8 +474,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         map_size = need;
         if (zero) memset(block, 0, grown_from); // (the grown part is fresh)
     } else if (alignment <= HAK_OS_PAGE_SIZE) {
-        block = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        hak_stat_add(ss_os, mmap_total, 1);
+        block = hak_os_map(need);
         if (block == MAP_FAILED) return NULL;
         map_size = need;
         hak_stat_mapped((long)need);
@@ -684,11 +697,20 @@ void *hak_large_realloc(void *p, size_t size) {
     // The entry leaves the table before the lock is dropped for the call: if mremap moves the
     // block, its old address is free for anyone's next mapping at once, and that mapping's
     // entry must not meet this one. (Only this thread may free or resize p meanwhile.)
+    // Room for the entry to come back is made first: once mremap has moved the block, the
+    // entry must go back, and a table that cannot grow then would leave no way to return NULL.
+    if (!table_reserve()) {
+        hak_lock_release(&large_lock);
+        return NULL; // (the caller's malloc, copy and free fail as well: NULL, p untouched)
+    }
+    e = table_find((uintptr_t)p); // (growing may have rebuilt the table)
     uint32_t map_id = e->map_id;
     e->block = HAK_LARGE_TOMBSTONE;
     hak_lock_release(&large_lock);
     int saved = errno;
     void *q = mremap(p, map_size, need, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED && errno == ENOMEM && hak_os_release_cached()) // out of address space
+        q = mremap(p, map_size, need, MREMAP_MAYMOVE);
     errno = saved;
     hak_stat_add(large, mremap, 1);
     int moved = q != MAP_FAILED;
@@ -702,12 +724,36 @@ void *hak_large_realloc(void *p, size_t size) {
         q = p; // p stays as it was, still mapped: its entry goes back
     }
     hak_lock_acquire(&large_lock);
-    int ok = table_insert((uintptr_t)q, map_size, usable, moved ? new_map_id() : map_id);
+    int ok = table_insert_back((uintptr_t)q, map_size, usable, moved ? new_map_id() : map_id);
     hak_lock_release(&large_lock);
     if (!ok) hak_fatal_pointer("realloc", "out of metadata memory for", q);
     if (!moved) return NULL;
     if (q == p) hak_stat_add(large, realloc_in_place, 1);
     return q;
+}
+
+// Out of address space (hak_os_release_cached): every cached region, and the untaken rest of
+// the current chunk, unmapped. Returns the bytes.
+size_t hak_large_release_cache(void) {
+    hak_lock_acquire(&large_lock);
+    size_t released = 0;
+    while (cache_count) {
+        hak_large *e = cache_remove(cache_count - 1);
+        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
+        hak_os_unmap((void *)e->block, e->map_size);
+        hak_stat_mapped(-(long)e->map_size);
+        hak_stat_add(large, cache_evict, 1);
+        released += e->map_size;
+        e->block = HAK_LARGE_TOMBSTONE;
+    }
+    if (chunk_left) {
+        hak_os_unmap(chunk_next, chunk_left);
+        hak_stat_mapped(-(long)chunk_left);
+        released += chunk_left;
+        chunk_left = 0;
+    }
+    hak_lock_release(&large_lock);
+    return released;
 }
 
 void hak_large_fork_prepare(void) {

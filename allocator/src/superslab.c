@@ -191,6 +191,12 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
     }
 }
 
+// Every abandoned superslab visited once (out of address space: hak_os_release_cached).
+void hak_superslab_reclaim_all_abandoned(void) {
+    size_t count = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+    if (count) hak_superslab_reclaim_abandoned((unsigned)(count - count / 16));
+}
+
 // Could a heap that needs a page of `cls` use this abandoned superslab's pages? One of them
 // holds the class with a block free (or not yet carved, or freed by another thread and not
 // collected yet). Reads what its last owner left; only remote frees change it meanwhile.

@@ -236,17 +236,25 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     return block;
 }
 
-// This thread's heap, created at its first allocation; NULL (errno ENOMEM) if that fails.
-static inline hak_heap *current_heap(void) {
+static HAK_NOINLINE void *alloc_class_slow(hak_heap *heap, unsigned cls) {
+    return alloc_class(heap, cls);
+}
+
+// Allocates from size class `cls` on this thread's heap, created at its first allocation; after
+// the thread's heap was destroyed at its exit, on the exited threads' shared heap
+// (hak_heap_exited_alloc). NULL (errno ENOMEM) on failure.
+static inline void *alloc_current(unsigned cls) {
     hak_heap *heap = hak_tls_heap;
     if (HAK_UNLIKELY(heap == &hak_heap_empty)) {
-        heap = hak_thread_init();
-        if (!heap) errno = ENOMEM;
-        return heap;
+        void *block = NULL;
+        if (hak_thread_exited)
+            block = hak_heap_exited_alloc(cls, alloc_class_slow);
+        else if ((heap = hak_thread_init()))
+            block = alloc_class(heap, cls);
+        if (!block) errno = ENOMEM;
+        return block;
     }
-    // Never NULL otherwise: lets the compiler drop the caller's test on the common path.
-    if (!heap) __builtin_unreachable();
-    return heap;
+    return alloc_class(heap, cls);
 }
 
 static void *large_alloc(size_t size, size_t alignment, int zero) {
@@ -257,11 +265,15 @@ static void *large_alloc(size_t size, size_t alignment, int zero) {
 
 HAK_NOINLINE void *hak_malloc_slow(size_t size) {
     if (size > HAK_SMALL_MAX_ALL) return large_alloc(size, HAK_MIN_ALIGN, 0);
-    hak_heap *heap = current_heap(); // reads the options first: hak_small_max is set after
-    if (!heap) return NULL;
+    hak_heap *heap = hak_tls_heap;
+    if (heap == &hak_heap_empty) hak_process_init(); // hak_small_max comes from the options
     if (size > hak_small_max) return large_alloc(size, HAK_MIN_ALIGN, 0);
-    // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into)
-    return alloc_class(heap, size <= HAK_TINY_MAX ? heap->class_of_size[size] : hak_class_of(size));
+    // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into); a
+    // thread without a heap yet maps them as a new heap would
+    unsigned cls = size > HAK_TINY_MAX       ? hak_class_of(size)
+                   : heap != &hak_heap_empty ? heap->class_of_size[size]
+                                             : hak_class_merged_into[hak_tiny_class_of(size)];
+    return alloc_current(cls);
 }
 
 // Validates that p lies in a region of ours: NULL for a large block (the caller asks
@@ -493,9 +505,13 @@ HAK_EXPORT void *hak_calloc(size_t count, size_t size) {
     }
     hak_process_init(); // hak_small_max comes from the options
     // Skip the memset for a large block: a fresh mapping is already zero.
-    if (total > hak_small_max) return large_alloc(total, HAK_MIN_ALIGN, 1);
+    if (total + HAK_CANARY_SIZE > hak_small_max) return large_alloc(total, HAK_MIN_ALIGN, 1);
     void *p = hak_malloc(total);
-    if (p) memset(p, 0, total);
+    // The whole block, as glibc: malloc_usable_size says the program may use all of it.
+    if (p)
+        memset(p, 0,
+               hak_page_of(hak_superslab_of((uintptr_t)p), (uintptr_t)p)->block_size -
+                   HAK_CANARY_SIZE);
     return p;
 }
 
@@ -548,11 +564,8 @@ static void *aligned_alloc_impl(size_t alignment, size_t size) {
         while (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max &&
                (hak_class_block_size[cls] & (0u - hak_class_block_size[cls])) < alignment)
             cls++;
-        if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max) {
-            hak_heap *heap = current_heap();
-            if (!heap) return NULL;
-            return alloc_class(heap, cls);
-        }
+        if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max)
+            return alloc_current(cls);
     }
     return large_alloc(size, alignment, 0);
 }
