@@ -182,9 +182,23 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
 
 // A page's last block came back (used == 0). The current page of its class is kept by every
 // front, so a malloc/free loop on one size does not map and unmap pages; any other page goes
-// to its front's retention policy.
+// to its front's retention policy. Either way its lists are checked in full first
+// (hak_page_verify_empty: each carved block listed once, none twice): the current page once per
+// carve step, so a loop of one malloc and one free, which empties it at every free, walks its
+// lists once, not every time. What that catches at the free that empties it: a free of
+// a block that was free already (free(p + 8) into a page of 8-byte blocks), an overflow that
+// zeroed the next free block's link (the list then ends early) -- what glibc's header checks at
+// free catch.
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
-    if (page == heap->direct[page->class_idx]) return;
+    if (page == heap->direct[page->class_idx]) {
+        hak_superslab *ss = hak_superslab_of_page(page);
+        uint16_t *verified = &ss->verified[page - ss->pages];
+        if (*verified != page->reserved) {
+            hak_page_verify_empty(page);
+            *verified = page->reserved;
+        }
+        return;
+    }
     hak_page_verify_empty(page);
     hak_front_page_emptied(heap, page);
 }

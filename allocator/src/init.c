@@ -26,7 +26,7 @@ __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))) =
 
 uintptr_t hak_remote_key;
 #ifdef HAK_SECURE
-uintptr_t hak_link_key;
+uintptr_t hak_canary_key;
 #endif
 
 static hak_lock init_lock = HAK_LOCK_INIT;
@@ -53,11 +53,10 @@ void hak_process_init(void) {
         if (random_bytes) memcpy(&key, random_bytes, sizeof key);
         hak_remote_key = key | 1;
 #ifdef HAK_SECURE
-        // The other 8 bytes, for the free-list links: a key odd in no particular bit, so even
-        // a link to NULL reads as noise.
-        uintptr_t link_key = key * 0x9e3779b97f4a7c15u;
-        if (random_bytes) memcpy(&link_key, (const char *)random_bytes + 8, sizeof link_key);
-        hak_link_key = link_key;
+        // The other 8 bytes, for the canaries: a key odd in no particular bit.
+        uintptr_t canary_key = key * 0x9e3779b97f4a7c15u;
+        if (random_bytes) memcpy(&canary_key, (const char *)random_bytes + 8, sizeof canary_key);
+        hak_canary_key = canary_key;
 #endif
         if (hak_option[HAK_OPT_VERBOSE]) {
             hak_options_print_values();

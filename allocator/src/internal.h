@@ -71,30 +71,28 @@ static inline size_t hak_round_to_os_pages(size_t size) {
 
 // A free block's first word links it to the next block of its list. Read and written only
 // through hak_link / hak_link_set: in the secure build (HAK_SECURE) the word holds the link
-// encoded with a per-process secret and the block's own address (glibc's safe-linking,
-// mimalloc's secure mode), so an overflow or a write after free that changes it cannot aim the
-// next malloc at an address of the attacker's choosing, and every pop checks what it decoded
-// (hak_link_checked). Lists' heads (a page's free lists, xthread_free, delayed_free) are
+// encoded and tagged (below, after the superslab), so an overflow or a write after free that
+// changes it cannot aim the next malloc at an address of the attacker's choosing, and every
+// read of a link checks it. Lists' heads (a page's free lists, xthread_free, delayed_free) are
 // allocator metadata and hold plain pointers.
 typedef struct hak_block {
     struct hak_block *next;
 } hak_block;
 
 #ifdef HAK_SECURE
-extern uintptr_t hak_link_key; // random, set at process init (init.c)
-static inline hak_block *hak_link(const hak_block *block) {
-    return (hak_block *)((uintptr_t)block->next ^ (uintptr_t)block ^ hak_link_key);
-}
-static inline void hak_link_set(hak_block *block, const hak_block *next) {
-    block->next = (hak_block *)((uintptr_t)next ^ (uintptr_t)block ^ hak_link_key);
-}
+// The key of the secure build's tail canaries, random, set at process init (init.c); the links
+// have secrets of their own (hak_superslab.secrets), so an over-read of a canary reveals none.
+extern uintptr_t hak_canary_key;
 // The secure build's tail canary of the block at p (wrappers.c). Its first byte, the one an
 // off-by-one write past the block hits, is never 0, so the classic NUL off-by-one always
 // changes it: with the key alone there, a key whose low byte was 0 (1 process in 256) let
 // it through for every block whose address ends in a 0 byte (all of them from 256 B up).
+// A free block's canary word holds the value with its low bit cleared (freed), so a second
+// free of it is told from an overflow (HAK_CANARY_FREED).
 static inline uintptr_t hak_canary_value(const void *p) {
-    return (hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u)) | 1;
+    return (hak_canary_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u)) | 1;
 }
+#define HAK_CANARY_FREED ((uintptr_t)1)
 #else
 static inline hak_block *hak_link(const hak_block *block) {
     return block->next;
@@ -177,9 +175,68 @@ typedef struct hak_superslab {
     // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
     // word i: block j of page i is free, purged whole and on no free list (see page.c).
     uint64_t purged_blocks[HAK_SS_SIZE >> HAK_KIND_MEDIUM_SHIFT];
+    // Which 64 KiB units of the superslab are readable and writable (bit i: [i, i + 1) x 64 KiB,
+    // the header excepted, which always is). A new superslab is PROT_NONE past its header, and
+    // a page slot becomes writable when it is first used (hak_superslab_page_alloc), for the
+    // superslab's lifetime: an overflow that runs off the used pages (a write 1 MiB past a small
+    // block, an underflow off the first page of a small superslab, whose slot 0 is never used)
+    // faults there instead of landing in memory that a later page hands out. Kept across the
+    // cache; all set for a huge-page superslab (one page, one protection).
+    uint32_t rw_units;
+    // Each page's `reserved` when its lists were last checked in full while it was the current
+    // page of its class (hak_heap_page_emptied).
+    uint16_t verified[HAK_PAGES_PER_SS];
+#ifdef HAK_SECURE
+    uintptr_t secrets[HAK_PAGES_PER_SS]; // of the links held in each 64 KiB unit (see below)
+#endif
 } hak_superslab;
 
 #define HAK_AFFINITY_ANY 0xff
+
+#ifdef HAK_SECURE
+// The secure build's links. A link is stored as its low 47 bits (every user address is below
+// 2^47) XOR the secret of the 64 KiB unit of the block holding it (hak_superslab.secrets,
+// random for each superslab as it is taken: getrandom), with a 17-bit tag in its top bits: a
+// keyed hash of the link, the holder's address and that secret. Every read checks the tag:
+// any change of the stored word, one byte or more, gives a link whose tag matches with
+// probability 2^-17 (test_link_tamper measures it), and without the secret a forged link
+// matches no better. The unit's secret rather than one per process: a link an attacker has
+// decoded (knowing both addresses) gives away the secret of 64 KiB of the heap, not all of it.
+#define HAK_LINK_TAG_SHIFT 47
+#define HAK_LINK_ADDR_MASK (((uintptr_t)1 << HAK_LINK_TAG_SHIFT) - 1)
+static inline uintptr_t hak_link_secret(const void *holder) {
+    const hak_superslab *ss = (const hak_superslab *)((uintptr_t)holder & ~(uintptr_t)HAK_SS_MASK);
+    return ss->secrets[((uintptr_t)holder >> HAK_PAGE_SHIFT) & (HAK_PAGES_PER_SS - 1)];
+}
+static inline uintptr_t hak_link_tag(uintptr_t next, uintptr_t holder, uintptr_t secret) {
+    uintptr_t x = (next ^ secret) * 0x9e3779b97f4a7c15u ^ holder;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 32;
+    return x >> HAK_LINK_TAG_SHIFT;
+}
+static inline uintptr_t hak_link_encode(const void *holder, uintptr_t next) {
+    uintptr_t secret = hak_link_secret(holder);
+    return ((next ^ secret) & HAK_LINK_ADDR_MASK) |
+           hak_link_tag(next, (uintptr_t)holder, secret) << HAK_LINK_TAG_SHIFT;
+}
+// Decodes the link stored in `holder` into *next; 0 when its tag does not match.
+static inline int hak_link_decode(const hak_block *holder, hak_block **next) {
+    uintptr_t stored = (uintptr_t)holder->next, secret = hak_link_secret(holder);
+    uintptr_t n = (stored ^ secret) & HAK_LINK_ADDR_MASK;
+    *next = (hak_block *)n;
+    return hak_link_tag(n, (uintptr_t)holder, secret) == stored >> HAK_LINK_TAG_SHIFT;
+}
+void hak_link_tampered(const hak_block *holder) __attribute__((noreturn, cold));
+static inline hak_block *hak_link(const hak_block *block) {
+    hak_block *next;
+    if (HAK_UNLIKELY(!hak_link_decode(block, &next))) hak_link_tampered(block);
+    return next;
+}
+static inline void hak_link_set(hak_block *block, const hak_block *next) {
+    block->next = (hak_block *)hak_link_encode(block, (uintptr_t)next);
+}
+#endif
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
 
@@ -288,7 +345,8 @@ enum {
     HAK_REG_SMALL = 1,
     HAK_REG_LARGE = 2,
     HAK_REG_MEDIUM = 3,
-    HAK_REG_BIG = 4
+    HAK_REG_BIG = 4,
+    HAK_REG_ZERO = 5 // the secure build's zero-size blocks (zero.c)
 };
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
@@ -682,6 +740,11 @@ hak_heap *hak_thread_init(void);
 // instead of creating a heap that no destructor would destroy (heap.c: hak_heap_free_remote).
 extern __thread uint8_t hak_thread_exited __attribute__((tls_model("initial-exec")));
 void hak_process_init(void);
+
+// --- zero.c: the secure build's zero-size blocks
+void *hak_zero_alloc(void);
+// Checks p (a pointer into their region) for `func`; frees it when func is "free".
+void hak_zero_free(const char *func, void *p);
 
 // --- wrappers.c: slow paths of the exported API
 void *hak_malloc_slow(size_t size);

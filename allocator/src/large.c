@@ -421,9 +421,104 @@ size_t hak_large_trim(void) {
     return dropped;
 }
 
+#ifdef HAK_SECURE
+// The secure build's large blocks: no cache and no spans. Each block is a mapping of its own
+// between two guard pages (PROT_NONE), so an overflow or underflow off its ends faults. A freed
+// block's region, guards included, is replaced by a fresh PROT_NONE reservation (its pages
+// dropped, its addresses kept) in a quarantine of the last HAK_QUARANTINE_COUNT freed, so a use
+// after free faults, a read after free sees nothing, and the next allocations get other
+// addresses; the oldest is unmapped when a new one enters. A table entry covers the block and
+// its trailing guard; the leading guard is the page before it.
+#define HAK_GUARD            HAK_OS_PAGE_SIZE
+#define HAK_QUARANTINE_COUNT 64
+static uintptr_t quarantine_base[HAK_QUARANTINE_COUNT];
+static size_t quarantine_size[HAK_QUARANTINE_COUNT];
+static unsigned quarantine_next;
+
+static int quarantined(uintptr_t block) {
+    for (unsigned i = 0; i < HAK_QUARANTINE_COUNT; i++)
+        if (quarantine_size[i] && quarantine_base[i] + HAK_GUARD == block) return 1;
+    return 0;
+}
+
+static void *secure_alloc(size_t need, size_t alignment) {
+    size_t extra = alignment > HAK_GUARD ? alignment : 0, total = HAK_GUARD + need + HAK_GUARD;
+    if (total < need || total + extra < total) return NULL;
+    char *base = hak_os_map(total + extra);
+    if (base == MAP_FAILED) return NULL;
+    hak_stat_mapped((long)(total + extra));
+    uintptr_t lowest = (uintptr_t)base + HAK_GUARD;
+    char *block = (char *)(extra ? (lowest + extra - 1) & ~(uintptr_t)(extra - 1) : lowest);
+    if (block - HAK_GUARD > base) { // over-aligned: the surplus before the leading guard goes
+        hak_os_unmap(base, (size_t)(block - HAK_GUARD - base));
+        hak_stat_mapped(-(long)(block - HAK_GUARD - base));
+    }
+    char *end = base + total + extra, *guard_end = block + need + HAK_GUARD;
+    if (end > guard_end) {
+        hak_os_unmap(guard_end, (size_t)(end - guard_end));
+        hak_stat_mapped(-(long)(end - guard_end));
+    }
+    int saved = errno;
+    mprotect(block - HAK_GUARD, HAK_GUARD, PROT_NONE);
+    mprotect(block + need, HAK_GUARD, PROT_NONE);
+    errno = saved;
+    mark_registry((uintptr_t)block, need);
+    hak_lock_acquire(&large_lock);
+    int ok = table_insert((uintptr_t)block, need + HAK_GUARD, need, new_map_id());
+    hak_lock_release(&large_lock);
+    if (!ok) {
+        hak_os_unmap(block - HAK_GUARD, need + 2 * HAK_GUARD);
+        hak_stat_mapped(-(long)(need + 2 * HAK_GUARD));
+        return NULL;
+    }
+    count_new_region(need);
+    return block;
+}
+
+static void secure_free(hak_large *e) {
+    uintptr_t base = e->block - HAK_GUARD;
+    size_t size = e->map_size + HAK_GUARD;
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
+    e->block = HAK_LARGE_TOMBSTONE;
+    int saved = errno;
+    void *fresh = mmap((void *)base, size, PROT_NONE,
+                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    errno = saved;
+    if (fresh == MAP_FAILED) { // (no memory for the reservation: unmapped at once instead)
+        hak_os_unmap((void *)base, size);
+        hak_stat_mapped(-(long)size);
+        return;
+    }
+    unsigned i = quarantine_next++ % HAK_QUARANTINE_COUNT;
+    if (quarantine_size[i]) {
+        hak_os_unmap((void *)quarantine_base[i], quarantine_size[i]);
+        hak_stat_mapped(-(long)quarantine_size[i]);
+    }
+    quarantine_base[i] = base;
+    quarantine_size[i] = size;
+}
+
+// Out of address space: the quarantine goes (hak_large_release_cache). Under the lock.
+static size_t quarantine_release(void) {
+    size_t released = 0;
+    for (unsigned i = 0; i < HAK_QUARANTINE_COUNT; i++) {
+        if (!quarantine_size[i]) continue;
+        hak_os_unmap((void *)quarantine_base[i], quarantine_size[i]);
+        hak_stat_mapped(-(long)quarantine_size[i]);
+        released += quarantine_size[i];
+        quarantine_size[i] = 0;
+    }
+    return released;
+}
+#endif
+
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);
+#ifdef HAK_SECURE
+    (void)zero; // every block is a fresh mapping
+    return secure_alloc(need, alignment);
+#endif
     hak_lock_acquire(&large_lock);
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     uint64_t due = 0;
@@ -508,6 +603,9 @@ static hak_large *live_entry(const char *func, void *p) {
     int freed = e != NULL;
     for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
         freed |= recently_unmapped[i] == (uintptr_t)p;
+#ifdef HAK_SECURE
+    freed |= quarantined((uintptr_t)p);
+#endif
     hak_lock_release(&large_lock);
     hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
@@ -588,6 +686,11 @@ void hak_large_free(void *p) {
     hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, e->usable / 1024);
+#ifdef HAK_SECURE
+    secure_free(e);
+    hak_lock_release(&large_lock);
+    return;
+#endif
     size_t live =
         (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
     size_t limit = cache_limit(live + e->usable);
@@ -669,6 +772,13 @@ void *hak_large_realloc(void *p, size_t size) {
     hak_lock_acquire(&large_lock);
     hak_large *e = live_entry("realloc", p);
     size_t map_size = e->map_size, usable = e->usable;
+#ifdef HAK_SECURE
+    // Between its guards a block neither grows nor gives back its tail: within its usable
+    // size it stays, anything larger is copied to a new block.
+    hak_lock_release(&large_lock);
+    (void)map_size;
+    return need <= usable ? p : NULL;
+#endif
     if (need <= map_size) {
         // Shrink, or regrow within the mapping (a cached region serves requests down to half
         // its size): a shrink gives back the tail beyond the block when it is at least a
@@ -737,6 +847,9 @@ void *hak_large_realloc(void *p, size_t size) {
 size_t hak_large_release_cache(void) {
     hak_lock_acquire(&large_lock);
     size_t released = 0;
+#ifdef HAK_SECURE
+    released += quarantine_release();
+#endif
     while (cache_count) {
         hak_large *e = cache_remove(cache_count - 1);
         recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;

@@ -147,19 +147,28 @@ hak_superslab *hak_os_superslab_get(void) {
         // Still resident unless it was decommitted in the cache: then every slot is a resident
         // free slot that the purge policy must know about, or it would never purge them.
         uint8_t huge = ss->huge;
-        uint32_t dirty = ss->dirty_mask;
+        uint32_t dirty = ss->dirty_mask, rw_units = ss->rw_units;
         memset(ss, 0, sizeof *ss);
         ss->huge = huge;
         ss->dirty_mask = dirty;
+        ss->rw_units = rw_units;
         return ss;
     }
     hak_stat_add(ss_os, cache_miss, 1);
     if (hak_option[HAK_OPT_SS_HUGEPAGE_EXPERIMENT]) ss = map_huge_superslab();
-    if (!ss) {
+    if (ss) {
+        ss->rw_units = ~0u;
+    } else {
         char *base;
         size_t size;
         ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
         if (!ss) return NULL;
+        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units).
+        int saved = errno;
+        if (mprotect((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE,
+                     PROT_NONE) != 0)
+            ss->rw_units = ~0u;
+        errno = saved;
     }
     return ss; // registered by hak_superslab_acquire, with its page kind
 }

@@ -27,6 +27,7 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     page->in_full = 0;
     page->has_purged = 0;
     if (ss->page_kind == HAK_KIND_MEDIUM) ss->purged_blocks[index] = 0;
+    ss->verified[index] = 0;
     page->next = page->prev = NULL;
     hak_page_set_local_owner(page, heap);
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
@@ -50,6 +51,11 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     for (uint32_t i = 1; i < count; i++, p += page->block_size)
         hak_link_set((hak_block *)p, (hak_block *)(p + page->block_size));
     hak_link_set((hak_block *)p, NULL);
+#ifdef HAK_SECURE
+    // Each carved block's canary word says free (wrappers.c), whatever the slot held before.
+    for (char *b = first; b <= p; b += page->block_size)
+        ((uintptr_t *)(b + page->block_size))[-1] = hak_canary_value(b) ^ HAK_CANARY_FREED;
+#endif
     page->free = (hak_block *)first;
     page->reserved = (uint16_t)(page->reserved + count);
     return 1;
@@ -193,6 +199,13 @@ void hak_page_restore_purged(hak_page *page) {
 void hak_page_check_link(const hak_page *page, const hak_block *block) {
     const hak_block *next = hak_link(block);
     if (next && !hak_page_contains_block(page, (uintptr_t)next)) hak_page_link_corrupted(block);
+}
+#endif
+
+#ifdef HAK_SECURE
+void hak_link_tampered(const hak_block *holder) {
+    hak_fatal_pointer("malloc", "free list corrupted (write after free or overflow?) at block",
+                      holder);
 }
 #endif
 
