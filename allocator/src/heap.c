@@ -182,31 +182,26 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
 
 // A page's last block came back (used == 0). The current page of its class is kept by every
 // front, so a malloc/free loop on one size does not map and unmap pages; any other page goes
-// to its front's retention policy. Either way its lists are checked in full first
-// (hak_page_verify_empty: each carved block listed once, none twice): the current page once per
-// carve step, so a loop of one malloc and one free, which empties it at every free, walks its
-// lists once, not every time. What that catches at the free that empties it: a free of
-// a block that was free already (free(p + 8) into a page of 8-byte blocks), an overflow that
-// zeroed the next free block's link (the list then ends early) -- what glibc's header checks at
-// free catch.
+// to its front's retention policy, its lists checked in full first (hak_page_verify_empty).
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
-    if (page == heap->direct[page->class_idx]) {
-        hak_superslab *ss = hak_superslab_of_page(page);
-        uint16_t *verified = &ss->verified[page - ss->pages];
-        if (*verified != page->reserved) {
-            hak_page_verify_empty(page);
-            *verified = page->reserved;
-        }
-        return;
-    }
+    if (page == heap->direct[page->class_idx]) return;
     hak_page_verify_empty(page);
     hak_front_page_emptied(heap, page);
 }
 
 // An owner free brought `used` to 0 or below: below is a double free (block went onto
-// local_free a second time).
+// local_free a second time). So is a block now at the head of both lists (it was free
+// already: free(p + 8) into a page of 8-byte blocks finds the next, never-used block there),
+// and a block past the blocks carved so far is no block handed out (free(p + 4096) there).
+// Both tested here, where the free that empties a page lands, in O(1): the current page of a
+// class is not walked (a loop of one malloc and one free empties it at every free), and these
+// are the probes' cases that glibc catches by its chunk headers (docs/allocator.md).
 void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
-    if (page->used < 0) hak_fatal_pointer("free", "double free", block);
+    if (page->used < 0 || (page->free == block && page->local_free == block))
+        hak_fatal_pointer("free", "double free", block);
+    if ((uintptr_t)block - (uintptr_t)hak_page_start(page) >=
+        (uintptr_t)page->reserved * page->block_size)
+        hak_fatal_pointer("free", "invalid pointer", block);
     hak_heap_enter(heap);
     hak_heap_page_emptied(heap, page);
     hak_heap_leave(heap);

@@ -183,9 +183,6 @@ typedef struct hak_superslab {
     // faults there instead of landing in memory that a later page hands out. Kept across the
     // cache; all set for a huge-page superslab (one page, one protection).
     uint32_t rw_units;
-    // Each page's `reserved` when its lists were last checked in full while it was the current
-    // page of its class (hak_heap_page_emptied).
-    uint16_t verified[HAK_PAGES_PER_SS];
 #ifdef HAK_SECURE
     uintptr_t secrets[HAK_PAGES_PER_SS]; // of the links held in each 64 KiB unit (see below)
 #endif
@@ -546,19 +543,47 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
     return next;
 }
 
+// Where a page's blocks may lie, for a walk over many links (what hak_page_slot_holds tests,
+// with the setup done once): at offsets d from the page's first block below its slot's end,
+// multiples of 2^shift (the blocks' power-of-two alignment). d rotated right by `shift` is
+// below `limit` exactly then, and a NULL link is not: one subtraction, one rotation and one
+// compare a link, where the test against the page's descriptor was one compare.
+typedef struct hak_slot_bounds {
+    uintptr_t start, limit;
+    unsigned shift;
+} hak_slot_bounds;
+static inline hak_slot_bounds hak_page_slot_bounds(const hak_page *page) {
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    uintptr_t slot = (uintptr_t)1 << hak_superslab_of_page(page)->page_shift;
+    unsigned shift = (unsigned)__builtin_ctz((unsigned)page->block_mask + 1);
+    uintptr_t span = (start & ~(slot - 1)) + slot - start;
+    return (hak_slot_bounds){start, (span + page->block_mask) >> shift, shift};
+}
+static inline int hak_slot_bounds_hold(const hak_slot_bounds *bounds, uintptr_t p) {
+    uintptr_t d = p - bounds->start;
+    unsigned r = bounds->shift;
+    return ((d >> r) | (d << ((64 - r) & 63))) < bounds->limit;
+}
+
 // The next link of a chain of `page`'s blocks that a slow path walks (the remote frees being
-// collected), NULL at its end, checked before the walk writes through it: in the fast build in
-// full (hak_page_slot_holds), since the walk clears each block's second word, and a link that
-// only lay above the page's descriptor (a write after free into a remotely freed block) made
-// that an 8-byte write at an address of the writer's choosing (test_lifecycle: forged remote
-// link). The debug and secure builds check it as a pop does.
-static inline hak_block *hak_link_walk(const hak_page *page, const hak_block *block) {
+// collected) into *next: 1 if there is one, 0 at the chain's end. Checked before the walk
+// writes through it: in the fast build in full against the page's bounds, since the walk
+// clears each block's second word, and a link that only lay above the page's descriptor (a
+// write after free into a remotely freed block) made that an 8-byte write at an address of
+// the writer's choosing (test_lifecycle: forged remote link). The debug and secure builds
+// check it as a pop does.
+static inline int hak_link_walk(const hak_page *page, const hak_slot_bounds *bounds,
+                                const hak_block *block, hak_block **next) {
 #if defined(HAK_DEBUG) || defined(HAK_SECURE)
-    return hak_link_checked(page, block);
+    (void)bounds;
+    *next = hak_link_checked(page, block);
+    return *next != NULL;
 #else
-    hak_block *next = hak_link(block);
-    if (HAK_UNLIKELY(next && !hak_page_slot_holds(page, (uintptr_t)next))) hak_page_bad_link(next);
-    return next;
+    (void)page;
+    *next = hak_link(block);
+    if (HAK_LIKELY(hak_slot_bounds_hold(bounds, (uintptr_t)*next))) return 1;
+    if (*next) hak_page_bad_link(*next);
+    return 0;
 #endif
 }
 

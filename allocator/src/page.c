@@ -27,7 +27,6 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     page->in_full = 0;
     page->has_purged = 0;
     if (ss->page_kind == HAK_KIND_MEDIUM) ss->purged_blocks[index] = 0;
-    ss->verified[index] = 0;
     page->next = page->prev = NULL;
     hak_page_set_local_owner(page, heap);
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
@@ -83,6 +82,7 @@ void hak_page_collect(hak_page *page) {
     hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
     hak_block *tail = list, *next;
     int32_t count = 1, used = page->used;
+    const hak_slot_bounds bounds = hak_page_slot_bounds(page);
     // More blocks than ever handed out: a block was freed twice (the list may even be a
     // cycle); stop rather than walk it forever. Blocks of 16 B and up carry the remote-free
     // key in their second word: cleared here (two loops, so the test is not made per block).
@@ -91,12 +91,12 @@ void hak_page_collect(hak_page *page) {
         for (;; tail = next, count++) {
             ((uintptr_t *)tail)[1] = 0;
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link_walk(page, tail))) break;
+            if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     } else {
         for (;; tail = next, count++) {
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link_walk(page, tail))) break;
+            if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     }
     hak_link_set(tail, page->free);

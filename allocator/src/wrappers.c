@@ -289,19 +289,24 @@ static void *large_alloc(size_t size, size_t alignment, int zero) {
     return p;
 }
 
+// hak_malloc_slow of a thread without a heap: its first allocation, or one after its heap was
+// destroyed at its exit. Tiny sizes map to classes as a new heap maps them.
+static HAK_NOINLINE void *malloc_without_heap(size_t size) {
+    hak_process_init(); // hak_small_max comes from the options
+    if (size > hak_small_max) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
+    return alloc_current(size <= HAK_TINY_MAX ? hak_class_merged_into[hak_tiny_class_of(size)]
+                                              : hak_class_of(size));
+}
+
 // (In the secure build `size` includes the tail canary, which large blocks do not have: they
 // end at their trailing guard page.)
 HAK_NOINLINE void *hak_malloc_slow(size_t size) {
     if (size > HAK_SMALL_MAX_ALL) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
     hak_heap *heap = hak_tls_heap;
-    if (heap == &hak_heap_empty) hak_process_init(); // hak_small_max comes from the options
+    if (HAK_UNLIKELY(heap == &hak_heap_empty)) return malloc_without_heap(size);
     if (size > hak_small_max) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
-    // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into); a
-    // thread without a heap yet maps them as a new heap would
-    unsigned cls = size > HAK_TINY_MAX       ? hak_class_of(size)
-                   : heap != &hak_heap_empty ? heap->class_of_size[size]
-                                             : hak_class_merged_into[hak_tiny_class_of(size)];
-    return alloc_current(cls);
+    // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into)
+    return alloc_class(heap, size <= HAK_TINY_MAX ? heap->class_of_size[size] : hak_class_of(size));
 }
 
 // Validates that p lies in a region of ours: NULL for a large block (the caller asks
