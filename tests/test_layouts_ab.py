@@ -81,9 +81,10 @@ def test_sequential_judges_the_layout_look(lab):
     )
     c = result.primary()[0]
     lay = result.layouts["hot"]
-    assert c.stop in ("decided", "budget", "drift")
+    assert c.stop in ("decided", "budget", "drift", "load spike", "layout-limited")
     assert {s["layout"] for s in measured(lab / "seq")} == {0, 1}
-    if lay.report.spread.complete and c.n_pairs >= 12:  # the look includes the spread
+    bounded = 0 < c.decide_low and math.isfinite(c.decide_high)  # (a stop may come earlier)
+    if lay.report.spread.complete and c.n_pairs >= 12 and bounded:  # the look has the spread
         assert math.log(c.decide_low) <= lay.report.spread.estimate <= math.log(c.decide_high)
     assert "## Code layouts" in (lab / "seq" / "report.md").read_text()
 
@@ -180,3 +181,47 @@ def test_continue_keeps_drawing_layouts(lab):
     by_round = {(s["round"], s["side"]): s["layout"] for s in rows}
     draws = ab_plan.LayoutDraws(again, {"hot": {"A": [0, 1], "B": [0, 1]}})
     assert all(by_round[(r, side)] == draws.of("hot", r)["AB".index(side)] for r, side in by_round)
+
+
+def test_two_binaries_get_layouts_by_default_and_one_binary_none(lab):
+    """Between two builds (here two variants; two revisions alike) the default is
+    DEFAULT_BUILD_LAYOUTS layouts a side: a verdict between builds includes where their
+    code landed. An A/A of one build has nothing to relayout."""
+    from hakbench.experiments.ab_spec import DEFAULT_BUILD_LAYOUTS
+
+    builds = run_ab(
+        spec(layouts=None, pairs=2, warmup_pairs=0, baseline_variant="secure"),
+        lab / "builds",
+        show_progress=False,
+    )
+    assert builds.spec.layouts == DEFAULT_BUILD_LAYOUTS and builds.layout_note == ""
+    meta = json.loads((lab / "builds" / "meta.json").read_text())
+    assert meta["spec"]["layouts"] == DEFAULT_BUILD_LAYOUTS
+    same = run_ab(spec(layouts=None, pairs=2, warmup_pairs=0), lab / "same", show_progress=False)
+    assert same.spec.layouts == 1
+
+
+def test_only_more_layouts_could_decide_stops_the_call_layout_limited():
+    """Two codes whose 4 layouts a side differ by +-2 % and no real change, threshold 0.5 %:
+    no number of pairs can decide, so the rule stops as soon as every layout has its pairs
+    (before issue 42 it spent the whole budget on them)."""
+    import numpy as np
+
+    from hakbench.stats.stopper import LAYOUT_LIMITED_PAIRS, Stopper
+
+    rng = np.random.default_rng(3)
+    effect_a, effect_b = (0.02 * rng.uniform(-1, 1, 4) for _ in range(2))
+    rule = Stopper({"w": True}, 0.5, max_time_s=math.inf, max_pairs=4000, layouts=(4, 4))
+    from hakbench.engine.layouts import draw_layouts
+
+    draws = draw_layouts(4, 4, 5)
+    while rule.running():
+        for _ in range(16):
+            a, b = next(draws)
+            x = effect_b[b] - effect_a[a] + 0.01 * rng.standard_normal()
+            rule.add("w", float(x), layouts=(a, b))
+        rule.end_round()
+    s = rule.stops["w"]
+    assert s.reason == "layout-limited" and s.verdict == st.INCONCLUSIVE, (s.reason, s.verdict)
+    assert 4 * LAYOUT_LIMITED_PAIRS <= len(s.logs) < 1000  # every layout of a side has its pairs
+    assert s.more_layouts

@@ -235,3 +235,16 @@ def test_each_call_draws_its_own_layouts_and_a_replay_the_same(build):
         orders.setdefault(seed, []).append([lay.order for lay in sides["A"][1:]])
     assert orders[11][0] == orders[11][1]  # replayed: the same link orders
     assert orders[11][0] != orders[12][0]  # another call: other layouts
+
+
+def test_calls_with_their_own_seeds_never_relink_each_others_layouts(build):
+    """Two calls of one build at once draw layouts with their own seeds: each has its own
+    directories, so linking the second leaves the first's libraries in place."""
+    first = build_layouts(build, "fast", 3, seed=11)
+    before = [lay.library.read_bytes() for lay in first[1:]]
+    second = build_layouts(build, "fast", 3, seed=12)
+    assert {lay.build_dir for lay in first[1:]}.isdisjoint(lay.build_dir for lay in second[1:])
+    assert [lay.library.read_bytes() for lay in first[1:]] == before
+    assert first[1].build_dir == layout_dir(build, "fast", 1, 11) == build / "layouts/fast/s11/1"
+    cell = with_layout(make_cell("hakmem", "tiny_hot", build=build), second[2])
+    assert cell.resolved_allocator().available  # bench, bin linked in from two levels deeper

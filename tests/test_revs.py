@@ -23,8 +23,10 @@ def has_file(rev: str, path: str) -> bool:
     return git("cat-file", "-e", f"{rev}:{path}").returncode == 0
 
 
-def worktrees() -> str:
-    return git("worktree", "list", "--porcelain").stdout
+def worktrees() -> set:
+    """The repository's worktree paths (not their HEADs: other sessions commit meanwhile)."""
+    out = git("worktree", "list", "--porcelain").stdout
+    return {line for line in out.splitlines() if line.startswith("worktree ")}
 
 
 pytestmark = [

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.experiments import scorecard, scorecard_refresh
 from hakbench.tables import scorecard_model
+from hakbench.tables.misuse_model import pattern_records
 
 TINY = """
 name = "tiny-scorecard"
@@ -242,8 +243,14 @@ def test_apps_section_is_stored_apart_rendered_into_the_scorecard_and_checked(re
 
 
 def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatch):
+    from hakbench.core import suites
     from hakbench.experiments import misuse
 
+    # the suite's probes from the tests' stand-in suite (tests/test_misuse_suite.py)
+    monkeypatch.setenv(
+        suites.ENV_VAR, str(Path(__file__).parent / "data" / "mimalloc-bench-standin")
+    )
+    monkeypatch.delenv(misuse.HARDENED_ENV, raising=False)
     monkeypatch.setattr(misuse, "DEFAULT_ALLOCATORS", ("system", "hakmem"))
     monkeypatch.setattr(misuse, "HAKMEM_VARIANTS", ["fast"])
     monkeypatch.setattr(
@@ -252,14 +259,16 @@ def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatc
     scorecard_refresh.refresh_misuse(results)
     stored = results / scorecard.MISUSE_DIR
     records = [json.loads(line) for line in (stored / "probes.jsonl").read_text().splitlines()]
-    assert len(records) == 2 * 2 * misuse.RUNS
+    assert len(pattern_records(records)) == 2 * 2 * misuse.RUNS
     md = (results / "SCORECARD.md").read_text()
     assert "## Heap misuse" in md and "| double-free-tiny | ✔ | ✔ |" in md
+    assert "| double_free | S M L | ✔ ✔ ✔ | ✔ ✔ ✔ |" in md
+    assert (stored / "suite-probes.csv").exists()
     assert "`hakbench scorecard --refresh --misuse`" in md
     assert (stored / "misuse.csv").read_text().count("\nhakmem,fast,hakmem:fast,") == 2
     assert scorecard.check(results) == []
     for r in records:  # pretend libhakmem let the double free through
-        if r["label"] == "hakmem:fast" and r["pattern"] == "double-free-tiny":
+        if r["label"] == "hakmem:fast" and r.get("pattern") == "double-free-tiny":
             r.update(returncode=0, signal=None, stderr="", stdout=r["stdout"] + "end=1\n")
     (stored / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     problems = scorecard.check(results)

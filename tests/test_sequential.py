@@ -93,7 +93,9 @@ def test_equivalence_sequence_decides_an_aa_sooner_than_the_decision_sequence(mo
         before = [n for v, n in simulate(0.0, **loaded) if v == NEUTRAL]
     finally:
         sq._equivalence_rho.cache_clear()
-    assert len(now) == len(before) == 200
+    # every A/A ends NEUTRAL but the few (at most 1 %: hakbench.stats.drift) a drift check
+    # stopped: i.i.d. pairs have no drift, its false alarms are all that can stop them
+    assert min(len(now), len(before)) >= 0.99 * 200
     assert np.median(now) < 0.85 * np.median(before), (np.median(now), np.median(before))
 
 

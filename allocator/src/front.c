@@ -51,8 +51,8 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
 // The direct page of `cls` has no free block: the class queue, then a retained empty page,
 // then the backend (adopt, fresh page). Inlined into one
 // function per front (below), so that each runs with its policy's numbers as constants.
-static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, unsigned cls,
-                                                              const hak_front *front) {
+static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *heap, unsigned cls,
+                                                                   const hak_front *front) {
     hak_page *current = heap->direct[cls];
     hak_heap_slow_entry(heap);
     hak_page *page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
@@ -67,6 +67,14 @@ static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, un
     }
     if (page != current) HAK_HOT_STAT(heap, refill, cls);
     return hak_page_pop(page);
+}
+
+static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, unsigned cls,
+                                                              const hak_front *front) {
+    hak_heap_enter(heap);
+    void *block = alloc_slow_body(heap, cls, front);
+    hak_heap_leave(heap);
+    return block;
 }
 
 // One row per front: name, carve_bytes, carve_blocks, max_spare, sized_pages.
@@ -85,10 +93,12 @@ HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
 // An owner free that missed the fast path: the page is on the full list (or the debug build
 // checks every free here).
 void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
+    hak_heap_enter(heap);
     if (page->in_full) hak_heap_page_unfull(heap, page);
     hak_link_set(block, page->local_free);
     page->local_free = block;
     if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
+    hak_heap_leave(heap);
 }
 
 // malloc_trim: the empty pages the fronts retain go back to their superslabs (whose free slots

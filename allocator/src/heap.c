@@ -9,6 +9,7 @@
 //               come from the first, and a superslab with a free slot is moved first when the
 //               first is full
 // Heap structs come from a pool and are never unmapped.
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -181,7 +182,7 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
 
 // A page's last block came back (used == 0). The current page of its class is kept by every
 // front, so a malloc/free loop on one size does not map and unmap pages; any other page goes
-// to its front's retention policy.
+// to its front's retention policy, its lists checked in full first (hak_page_verify_empty).
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
     if (page == heap->direct[page->class_idx]) return;
     hak_page_verify_empty(page);
@@ -189,10 +190,21 @@ void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
 }
 
 // An owner free brought `used` to 0 or below: below is a double free (block went onto
-// local_free a second time).
+// local_free a second time). So is a block now at the head of both lists (it was free
+// already: free(p + 8) into a page of 8-byte blocks finds the next, never-used block there),
+// and a block past the blocks carved so far is no block handed out (free(p + 4096) there).
+// Both tested here, where the free that empties a page lands, in O(1): the current page of a
+// class is not walked (a loop of one malloc and one free empties it at every free), and these
+// are the probes' cases that glibc catches by its chunk headers (docs/allocator.md).
 void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
-    if (page->used < 0) hak_fatal_pointer("free", "double free", block);
+    if (page->used < 0 || (page->free == block && page->local_free == block))
+        hak_fatal_pointer("free", "double free", block);
+    if ((uintptr_t)block - (uintptr_t)hak_page_start(page) >=
+        (uintptr_t)page->reserved * page->block_size)
+        hak_fatal_pointer("free", "invalid pointer", block);
+    hak_heap_enter(heap);
     hak_heap_page_emptied(heap, page);
+    hak_heap_leave(heap);
 }
 
 // Takes over a superslab an exited thread left with live blocks, one with room for class `cls`
@@ -248,14 +260,6 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
     return page;
 }
 
-// A free into another heap's page (owner: its superslab's owner, NULL if abandoned), when it
-// does not continue this thread's current run (wrappers.c links those inline): the run so far
-// goes to its page with one CAS, and a new run starts with this block. The blocks of a run stay
-// counted as used by their page until pushed, so the page cannot be recycled meanwhile; a run
-// ends when a free goes to another page, when this thread enters an allocation slow path, and
-// at thread exit. So a batch holds at most one page, and not for longer than this thread's
-// next refill. (No bound on its length: a batch of any length keeps exactly that one page
-// from emptying, and a count would cost every remote free an increment and a compare.)
 // A free into another heap's page (owner: its superslab's owner, NULL if abandoned) that does
 // not continue this thread's current run, in the cases the inline path (wrappers.c:
 // free_remote) leaves here: a thread without a heap, a run ending on a page with a flag set, a
@@ -270,9 +274,14 @@ void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_b
     // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
     // destructor flushes it. Not once that destructor has run: nothing would flush or destroy
     // the new heap, and the batch would keep its page from ever emptying.
-    if (heap == &hak_heap_empty && (hak_thread_exited || !(heap = hak_thread_init()))) {
-        hak_page_free_remote(page, block, block);
-        return;
+    if (heap == &hak_heap_empty) {
+        int saved = errno; // free() must preserve errno: creating the heap may fail (ENOMEM)
+        if (!hak_thread_exited) heap = hak_thread_init();
+        errno = saved;
+        if (!heap || heap == &hak_heap_empty) {
+            hak_page_free_remote(page, block, block);
+            return;
+        }
     }
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, remote_free, page->class_idx);
@@ -356,9 +365,7 @@ hak_heap *hak_heap_create(void) {
         heaps_unused = heap->next_live;
     } else {
         if (heaps_chunk_left < sizeof(hak_heap)) {
-            void *chunk = mmap(NULL, HAK_HEAP_CHUNK, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            hak_stat_add(ss_os, mmap_total, 1);
+            void *chunk = hak_os_map(HAK_HEAP_CHUNK);
             if (chunk == MAP_FAILED) {
                 hak_lock_release(&heaps_lock);
                 return NULL;
@@ -372,6 +379,7 @@ hak_heap *hak_heap_create(void) {
         heaps_chunk_left = heaps_chunk_left >= step ? heaps_chunk_left - step : 0;
     }
     memset(heap, 0, sizeof *heap);
+    heap->busy = 1;         // until its routes are latched
     hak_os_idle_tick(heap); // sets its countdown (nothing to purge yet)
     for (unsigned c = 0; c <= HAK_CLASS_NONE; c++)
         heap->direct[c] = &hak_page_empty;
@@ -388,6 +396,7 @@ hak_heap *hak_heap_create(void) {
     heaps_live = heap;
     hak_lock_release(&heaps_lock);
     hak_route_latch(heap);
+    hak_heap_leave(heap);
     return heap;
 }
 
@@ -427,6 +436,7 @@ static void abandon_superslabs(hak_superslab *ss) {
 // policy, superslabs with live blocks to the abandoned list; the struct is kept for the next
 // thread.
 void hak_heap_destroy(hak_heap *heap) {
+    hak_heap_enter(heap); // for good: the struct is zeroed when a new thread takes it
     hak_heap_flush_remote(heap);
     hak_superslab_reclaim_abandoned(2);
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
@@ -460,21 +470,100 @@ void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg) {
     hak_lock_release(&heaps_lock);
 }
 
+// A thread whose heap was destroyed at its exit (hak_thread_exited) that allocates again
+// allocates from one heap shared by all such threads, under a lock: glibc runs other keys'
+// destructors after ours (up to four rounds) and frees and allocates in its own teardown, and
+// a heap created then was never destroyed (nothing runs after the last round), keeping its
+// superslab for good. Frees into its pages need no lock: they are remote frees for every
+// thread (an exited thread's go straight to the page: hak_heap_free_remote), collected at its
+// refills. Returns the block of class `cls`, or NULL.
+static hak_lock exited_lock = HAK_LOCK_INIT;
+static hak_heap *exited_heap;
+
+void *hak_heap_exited_alloc(unsigned cls, void *(*alloc)(hak_heap *heap, unsigned cls)) {
+    hak_lock_acquire(&exited_lock);
+    if (!exited_heap) exited_heap = hak_heap_create();
+    void *block = exited_heap ? alloc(exited_heap, cls) : NULL;
+    hak_lock_release(&exited_lock);
+    return block;
+}
+
 void hak_heap_fork_prepare(void) {
+    hak_lock_acquire(&exited_lock);
     hak_lock_acquire(&heaps_lock);
 }
 void hak_heap_fork_parent(void) {
     hak_lock_release(&heaps_lock);
+    hak_lock_release(&exited_lock);
 }
-// In the child only the forking thread exists. A remote freer that was between NOTIFYING and
-// its push at fork time is gone: clear its flag, or this heap would wait for it forever (its
-// blocks stay allocated in the child).
-void hak_heap_fork_child(void) {
-    hak_lock_reset(&heaps_lock);
-    hak_heap *heap = hak_tls_heap;
-    if (heap == &hak_heap_empty) return;
+// Clears NOTIFYING on every page of the heap: in a fork child the remote freer that set it
+// is gone (the heap would wait for it forever; its blocks stay allocated).
+static void clear_notifying(hak_heap *heap) {
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
         for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
             for (unsigned i = 0; i < ss->page_count; i++)
                 atomic_fetch_and(&ss->pages[i].xthread_free, ~HAK_XT_NOTIFYING);
+}
+
+// The free blocks on a page's own lists (free, local_free, and its purged ones), or -1 when a
+// list is longer than the page's carved blocks or leaves it: a walk of a list its thread may
+// have been changing at the fork.
+static int32_t listed_free_blocks(const hak_page *page) {
+    const hak_superslab *ss = hak_superslab_of_page(page);
+    int32_t count =
+        page->has_purged ? __builtin_popcountll(ss->purged_blocks[page - ss->pages]) : 0;
+    const hak_block *lists[2] = {page->free, page->local_free};
+    for (int l = 0; l < 2; l++)
+        for (const hak_block *b = lists[l]; b; b = hak_link(b)) {
+            if (++count > page->reserved || !hak_page_slot_holds(page, (uintptr_t)b)) return -1;
+        }
+    return count;
+}
+
+// Are the lists of every page of a heap whole (see listed_free_blocks)?
+static int heap_lists_whole(const hak_heap *heap) {
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        for (const hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
+            for (unsigned i = 0; i < ss->page_count; i++)
+                if (ss->pages[i].in_use && listed_free_blocks(&ss->pages[i]) < 0) return 0;
+    return 1;
+}
+
+// A fork child takes over the heap of a thread of the parent that does not exist here, as that
+// thread's exit would have (hak_heap_destroy): its empty pages and superslabs go back, the
+// others to the abandoned list, where the child's frees into them are collected and its
+// allocations adopt them. Without it a child that freed what such a thread had allocated and
+// allocated as much again doubled its memory: its frees went to queues nobody drained.
+// The thread may have been anywhere in a fast path at the fork, each of which changes a page
+// one store at a time: a pop that took a block off `free` but had not counted it in `used`,
+// a push not yet counted out. So each page's `used` is recounted from its lists (a block on
+// none is in use: leaked, never handed out twice); its batch of remote frees (possibly pushed
+// already) is dropped, its blocks left in use. A heap inside a slow path (busy), or with a
+// list that does not walk cleanly, stays as it was: leaked, as before.
+static void adopt_orphan(hak_heap *heap) {
+    if (heap->busy || !heap_lists_whole(heap)) return;
+    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
+        for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
+            for (unsigned i = 0; i < ss->page_count; i++) {
+                hak_page *page = &ss->pages[i];
+                if (page->in_use) page->used = (int16_t)(page->reserved - listed_free_blocks(page));
+            }
+    heap->remote_page = NULL;
+    heap->remote_first = heap->remote_last = NULL;
+    clear_notifying(heap);
+    hak_heap_destroy(heap);
+}
+
+// In the child only the forking thread exists: its heap stays valid; every other thread's
+// heap is taken over (adopt_orphan), but the heap of the exited threads' allocations, which
+// belongs to no thread (hak_heap_exited_alloc).
+void hak_heap_fork_child(void) {
+    hak_lock_reset(&heaps_lock);
+    hak_lock_reset(&exited_lock);
+    hak_heap *self = hak_tls_heap, *next;
+    if (self != &hak_heap_empty) clear_notifying(self);
+    for (hak_heap *heap = heaps_live; heap; heap = next) {
+        next = heap->next_live;
+        if (heap != self && heap != exited_heap) adopt_orphan(heap);
+    }
 }

@@ -26,7 +26,7 @@ __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))) =
 
 uintptr_t hak_remote_key;
 #ifdef HAK_SECURE
-uintptr_t hak_link_key;
+uintptr_t hak_canary_key;
 #endif
 
 static hak_lock init_lock = HAK_LOCK_INIT;
@@ -53,11 +53,10 @@ void hak_process_init(void) {
         if (random_bytes) memcpy(&key, random_bytes, sizeof key);
         hak_remote_key = key | 1;
 #ifdef HAK_SECURE
-        // The other 8 bytes, for the free-list links: a key odd in no particular bit, so even
-        // a link to NULL reads as noise.
-        uintptr_t link_key = key * 0x9e3779b97f4a7c15u;
-        if (random_bytes) memcpy(&link_key, (const char *)random_bytes + 8, sizeof link_key);
-        hak_link_key = link_key;
+        // The other 8 bytes, for the canaries: a key odd in no particular bit.
+        uintptr_t canary_key = key * 0x9e3779b97f4a7c15u;
+        if (random_bytes) memcpy(&canary_key, (const char *)random_bytes + 8, sizeof canary_key);
+        hak_canary_key = canary_key;
 #endif
         if (hak_option[HAK_OPT_VERBOSE]) {
             hak_options_print_values();
@@ -127,15 +126,33 @@ static void fork_child(void) {
 
 // pthread_key_create and pthread_atfork may call malloc; by the time they run the calling
 // thread has its heap, so those calls take the normal path instead of recursing into here.
+// Either can fail (the process's keys used up, no memory for the handler): each is tried again
+// at the next thread's start until it succeeds, and the first failure is said. Without the key
+// a heap is not given back at its thread's exit; without the handlers a fork child may find a
+// lock held. (Unchecked, a failed key creation left thread_key at 0, and every thread's heap
+// went into whoever's key 0 was.)
+static _Atomic int key_created;
+static int atfork_registered, failure_said;
+
 static void register_hooks(void) {
     int state = 0;
     if (atomic_compare_exchange_strong(&hooks_state, &state, 1)) {
-        pthread_key_create(&thread_key, thread_done);
-        pthread_atfork(fork_prepare, fork_parent, fork_child);
-        atomic_store(&hooks_state, 2);
+        if (!atomic_load(&key_created) && pthread_key_create(&thread_key, thread_done) == 0)
+            atomic_store(&key_created, 1);
+        if (!atfork_registered)
+            atfork_registered = pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
+        int done = atomic_load(&key_created) && atfork_registered;
+        if (!done && !failure_said) {
+            failure_said = 1;
+            int key = atomic_load(&key_created);
+            hak_message("hakmem: %s%s%s failed (tried again at each thread start)\n",
+                        key ? "" : "pthread_key_create", key || atfork_registered ? "" : " and ",
+                        atfork_registered ? "" : "pthread_atfork");
+        }
+        atomic_store(&hooks_state, done ? 2 : 0);
         return;
     }
-    while (atomic_load(&hooks_state) != 2)
+    while (atomic_load(&hooks_state) == 1)
         sched_yield();
 }
 
@@ -145,7 +162,8 @@ hak_heap *hak_thread_init(void) {
     if (!heap) return NULL;
     hak_tls_heap = heap;
     if (atomic_load_explicit(&hooks_state, memory_order_acquire) != 2) register_hooks();
-    pthread_setspecific(thread_key, heap);
+    if (atomic_load_explicit(&key_created, memory_order_relaxed))
+        pthread_setspecific(thread_key, heap);
     return heap;
 }
 

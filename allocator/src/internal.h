@@ -71,30 +71,28 @@ static inline size_t hak_round_to_os_pages(size_t size) {
 
 // A free block's first word links it to the next block of its list. Read and written only
 // through hak_link / hak_link_set: in the secure build (HAK_SECURE) the word holds the link
-// encoded with a per-process secret and the block's own address (glibc's safe-linking,
-// mimalloc's secure mode), so an overflow or a write after free that changes it cannot aim the
-// next malloc at an address of the attacker's choosing, and every pop checks what it decoded
-// (hak_link_checked). Lists' heads (a page's free lists, xthread_free, delayed_free) are
+// encoded and tagged (below, after the superslab), so an overflow or a write after free that
+// changes it cannot aim the next malloc at an address of the attacker's choosing, and every
+// read of a link checks it. Lists' heads (a page's free lists, xthread_free, delayed_free) are
 // allocator metadata and hold plain pointers.
 typedef struct hak_block {
     struct hak_block *next;
 } hak_block;
 
 #ifdef HAK_SECURE
-extern uintptr_t hak_link_key; // random, set at process init (init.c)
-static inline hak_block *hak_link(const hak_block *block) {
-    return (hak_block *)((uintptr_t)block->next ^ (uintptr_t)block ^ hak_link_key);
-}
-static inline void hak_link_set(hak_block *block, const hak_block *next) {
-    block->next = (hak_block *)((uintptr_t)next ^ (uintptr_t)block ^ hak_link_key);
-}
+// The key of the secure build's tail canaries, random, set at process init (init.c); the links
+// have secrets of their own (hak_superslab.secrets), so an over-read of a canary reveals none.
+extern uintptr_t hak_canary_key;
 // The secure build's tail canary of the block at p (wrappers.c). Its first byte, the one an
 // off-by-one write past the block hits, is never 0, so the classic NUL off-by-one always
 // changes it: with the key alone there, a key whose low byte was 0 (1 process in 256) let
 // it through for every block whose address ends in a 0 byte (all of them from 256 B up).
+// A free block's canary word holds the value with its low bit cleared (freed), so a second
+// free of it is told from an overflow (HAK_CANARY_FREED).
 static inline uintptr_t hak_canary_value(const void *p) {
-    return (hak_link_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u)) | 1;
+    return (hak_canary_key ^ ((uintptr_t)p * 0x9e3779b97f4a7c15u)) | 1;
 }
+#define HAK_CANARY_FREED ((uintptr_t)1)
 #else
 static inline hak_block *hak_link(const hak_block *block) {
     return block->next;
@@ -177,9 +175,65 @@ typedef struct hak_superslab {
     // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
     // word i: block j of page i is free, purged whole and on no free list (see page.c).
     uint64_t purged_blocks[HAK_SS_SIZE >> HAK_KIND_MEDIUM_SHIFT];
+    // Which 64 KiB units of the superslab are readable and writable (bit i: [i, i + 1) x 64 KiB,
+    // the header excepted, which always is). A new superslab is PROT_NONE past its header, and
+    // a page slot becomes writable when it is first used (hak_superslab_page_alloc), for the
+    // superslab's lifetime: an overflow that runs off the used pages (a write 1 MiB past a small
+    // block, an underflow off the first page of a small superslab, whose slot 0 is never used)
+    // faults there instead of landing in memory that a later page hands out. Kept across the
+    // cache; all set for a huge-page superslab (one page, one protection).
+    uint32_t rw_units;
+#ifdef HAK_SECURE
+    uintptr_t secrets[HAK_PAGES_PER_SS]; // of the links held in each 64 KiB unit (see below)
+#endif
 } hak_superslab;
 
 #define HAK_AFFINITY_ANY 0xff
+
+#ifdef HAK_SECURE
+// The secure build's links. A link is stored as its low 47 bits (every user address is below
+// 2^47) XOR the secret of the 64 KiB unit of the block holding it (hak_superslab.secrets,
+// random for each superslab as it is taken: getrandom), with a 17-bit tag in its top bits: a
+// keyed hash of the link, the holder's address and that secret. Every read checks the tag:
+// any change of the stored word, one byte or more, gives a link whose tag matches with
+// probability 2^-17 (test_link_tamper measures it), and without the secret a forged link
+// matches no better. The unit's secret rather than one per process: a link an attacker has
+// decoded (knowing both addresses) gives away the secret of 64 KiB of the heap, not all of it.
+#define HAK_LINK_TAG_SHIFT 47
+#define HAK_LINK_ADDR_MASK (((uintptr_t)1 << HAK_LINK_TAG_SHIFT) - 1)
+static inline uintptr_t hak_link_secret(const void *holder) {
+    const hak_superslab *ss = (const hak_superslab *)((uintptr_t)holder & ~(uintptr_t)HAK_SS_MASK);
+    return ss->secrets[((uintptr_t)holder >> HAK_PAGE_SHIFT) & (HAK_PAGES_PER_SS - 1)];
+}
+static inline uintptr_t hak_link_tag(uintptr_t next, uintptr_t holder, uintptr_t secret) {
+    uintptr_t x = (next ^ secret) * 0x9e3779b97f4a7c15u ^ holder;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 32;
+    return x >> HAK_LINK_TAG_SHIFT;
+}
+static inline uintptr_t hak_link_encode(const void *holder, uintptr_t next) {
+    uintptr_t secret = hak_link_secret(holder);
+    return ((next ^ secret) & HAK_LINK_ADDR_MASK) |
+           hak_link_tag(next, (uintptr_t)holder, secret) << HAK_LINK_TAG_SHIFT;
+}
+// Decodes the link stored in `holder` into *next; 0 when its tag does not match.
+static inline int hak_link_decode(const hak_block *holder, hak_block **next) {
+    uintptr_t stored = (uintptr_t)holder->next, secret = hak_link_secret(holder);
+    uintptr_t n = (stored ^ secret) & HAK_LINK_ADDR_MASK;
+    *next = (hak_block *)n;
+    return hak_link_tag(n, (uintptr_t)holder, secret) == stored >> HAK_LINK_TAG_SHIFT;
+}
+void hak_link_tampered(const hak_block *holder) __attribute__((noreturn, cold));
+static inline hak_block *hak_link(const hak_block *block) {
+    hak_block *next;
+    if (HAK_UNLIKELY(!hak_link_decode(block, &next))) hak_link_tampered(block);
+    return next;
+}
+static inline void hak_link_set(hak_block *block, const hak_block *next) {
+    block->next = (hak_block *)hak_link_encode(block, (uintptr_t)next);
+}
+#endif
 
 _Static_assert(sizeof(hak_superslab) <= HAK_SS_HEADER_SIZE, "superslab header must fit 4 KiB");
 
@@ -244,6 +298,11 @@ typedef struct hak_heap {
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
     struct hak_heap *next_live, *prev_live;
+    // Nonzero while its thread is inside a slow path that changes the heap's lists (and while
+    // the heap is being created or destroyed). A fork child adopts the heaps of the parent's
+    // other threads (hak_heap_fork_child) only where this was 0 at the fork: their lists are
+    // then whole, as the fast paths change them one store at a time.
+    uint32_t busy;
 #if HAK_STATS_HOT
     hak_hot_stats hot;
 #endif
@@ -283,7 +342,8 @@ enum {
     HAK_REG_SMALL = 1,
     HAK_REG_LARGE = 2,
     HAK_REG_MEDIUM = 3,
-    HAK_REG_BIG = 4
+    HAK_REG_BIG = 4,
+    HAK_REG_ZERO = 5 // the secure build's zero-size blocks (zero.c)
 };
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
@@ -374,6 +434,7 @@ size_t hak_superslab_purge(hak_superslab *ss); // bytes given back
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 void hak_superslab_reclaim_abandoned(unsigned visits);
+void hak_superslab_reclaim_all_abandoned(void);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
@@ -385,6 +446,9 @@ void hak_superslab_fork_child(void);
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
 void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
 size_t hak_large_trim(void);      // malloc_trim: all of them now (bytes given back)
+void *hak_os_map(size_t size);
+int hak_os_release_cached(void);
+size_t hak_large_release_cache(void); // large.c: every cached region unmapped (bytes)
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
 void hak_os_unmap(void *base, size_t size);
 hak_superslab *hak_os_superslab_get(void);
@@ -479,17 +543,47 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
     return next;
 }
 
+// Where a page's blocks may lie, for a walk over many links (what hak_page_slot_holds tests,
+// with the setup done once): at offsets d from the page's first block below its slot's end,
+// multiples of 2^shift (the blocks' power-of-two alignment). d rotated right by `shift` is
+// below `limit` exactly then, and a NULL link is not: one subtraction, one rotation and one
+// compare a link, where the test against the page's descriptor was one compare.
+typedef struct hak_slot_bounds {
+    uintptr_t start, limit;
+    unsigned shift;
+} hak_slot_bounds;
+static inline hak_slot_bounds hak_page_slot_bounds(const hak_page *page) {
+    uintptr_t start = (uintptr_t)hak_page_start(page);
+    uintptr_t slot = (uintptr_t)1 << hak_superslab_of_page(page)->page_shift;
+    unsigned shift = (unsigned)__builtin_ctz((unsigned)page->block_mask + 1);
+    uintptr_t span = (start & ~(slot - 1)) + slot - start;
+    return (hak_slot_bounds){start, (span + page->block_mask) >> shift, shift};
+}
+static inline int hak_slot_bounds_hold(const hak_slot_bounds *bounds, uintptr_t p) {
+    uintptr_t d = p - bounds->start;
+    unsigned r = bounds->shift;
+    return ((d >> r) | (d << ((64 - r) & 63))) < bounds->limit;
+}
+
 // The next link of a chain of `page`'s blocks that a slow path walks (the remote frees being
-// collected), NULL at its end: checked as a pop checks it, in the fast build too (there with
-// hak_pop_ok, the one compare that also finds the end), so a forged link is reported before
-// the walk writes through it.
-static inline hak_block *hak_link_walk(const hak_page *page, const hak_block *block) {
+// collected) into *next: 1 if there is one, 0 at the chain's end. Checked before the walk
+// writes through it: in the fast build in full against the page's bounds, since the walk
+// clears each block's second word, and a link that only lay above the page's descriptor (a
+// write after free into a remotely freed block) made that an 8-byte write at an address of
+// the writer's choosing (test_lifecycle: forged remote link). The debug and secure builds
+// check it as a pop does.
+static inline int hak_link_walk(const hak_page *page, const hak_slot_bounds *bounds,
+                                const hak_block *block, hak_block **next) {
 #if defined(HAK_DEBUG) || defined(HAK_SECURE)
-    return hak_link_checked(page, block);
+    (void)bounds;
+    *next = hak_link_checked(page, block);
+    return *next != NULL;
 #else
-    hak_block *next = hak_link(block);
-    if (HAK_UNLIKELY(!hak_pop_ok(page, next)) && next) hak_page_bad_link(next);
-    return next;
+    (void)page;
+    *next = hak_link(block);
+    if (HAK_LIKELY(hak_slot_bounds_hold(bounds, (uintptr_t)*next))) return 1;
+    if (*next) hak_page_bad_link(*next);
+    return 0;
 #endif
 }
 
@@ -524,6 +618,18 @@ hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
 void hak_heap_install_page(hak_heap *heap, hak_page *page);
 void hak_heap_detach_page(hak_heap *heap, hak_page *page);
 void hak_heap_release_page(hak_heap *heap, hak_page *page);
+
+// Brackets of a slow path that changes the heap's lists (see hak_heap.busy). The fences keep
+// the compiler from moving the heap's stores across them; the fork snapshot sees the thread's
+// stores in program order (x86-64's TSO).
+static inline void hak_heap_enter(hak_heap *heap) {
+    heap->busy++;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+static inline void hak_heap_leave(hak_heap *heap) {
+    atomic_signal_fence(memory_order_seq_cst);
+    heap->busy--;
+}
 
 static inline void hak_heap_free_delayed(hak_heap *heap) {
     if (HAK_UNLIKELY(atomic_load_explicit(&heap->delayed_free, memory_order_relaxed) != NULL))
@@ -625,6 +731,7 @@ static inline void *hak_page_pop(hak_page *page) {
 void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block);
 void hak_heap_note_abandoned_free(hak_heap *heap);
 void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg);
+void *hak_heap_exited_alloc(unsigned cls, void *(*alloc)(hak_heap *heap, unsigned cls));
 void hak_heap_fork_prepare(void);
 void hak_heap_fork_parent(void);
 void hak_heap_fork_child(void);
@@ -658,6 +765,11 @@ hak_heap *hak_thread_init(void);
 // instead of creating a heap that no destructor would destroy (heap.c: hak_heap_free_remote).
 extern __thread uint8_t hak_thread_exited __attribute__((tls_model("initial-exec")));
 void hak_process_init(void);
+
+// --- zero.c: the secure build's zero-size blocks
+void *hak_zero_alloc(void);
+// Checks p (a pointer into their region) for `func`; frees it when func is "free".
+void hak_zero_free(const char *func, void *p);
 
 // --- wrappers.c: slow paths of the exported API
 void *hak_malloc_slow(size_t size);

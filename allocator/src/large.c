@@ -172,13 +172,27 @@ static int table_reserve(void) {
     return 1;
 }
 
-static int table_insert(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
-    if (!table_reserve()) return 0;
+static void table_put(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
     size_t i = slot_of(block);
     while (table[i].block > HAK_LARGE_TOMBSTONE)
         i = (i + 1) & (table_capacity - 1);
     if (table[i].block == 0) table_used++;
     table[i] = (hak_large){block, map_size, usable, 0, map_id};
+}
+
+static int table_insert(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
+    if (!table_reserve()) return 0;
+    table_put(block, map_size, usable, map_id);
+    return 1;
+}
+
+// The entry of a block that realloc took out of the table while mremap moved or grew it: it
+// must go back, so when the table cannot grow (out of memory) it takes a slot beyond the
+// table's load bound, while one stays empty (a lookup ends at an empty slot). realloc reserved
+// room before it took the entry out, so only concurrent inserts can have used that up.
+static int table_insert_back(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
+    if (!table_reserve() && table_used + 2 > table_capacity) return 0;
+    table_put(block, map_size, usable, map_id);
     return 1;
 }
 
@@ -210,9 +224,7 @@ static uint32_t chunk_map_id; // the current chunk's (its spans share it)
 // the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
 static char *span_take(size_t need) {
     if (chunk_left < need) {
-        char *chunk =
-            mmap(NULL, HAK_LARGE_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        hak_stat_add(ss_os, mmap_total, 1);
+        char *chunk = hak_os_map(HAK_LARGE_CHUNK); // (under the lock: it is taken again there)
         if (chunk == MAP_FAILED) return NULL;
         hak_stat_mapped((long)HAK_LARGE_CHUNK);
         if (chunk_left) {
@@ -409,9 +421,104 @@ size_t hak_large_trim(void) {
     return dropped;
 }
 
+#ifdef HAK_SECURE
+// The secure build's large blocks: no cache and no spans. Each block is a mapping of its own
+// between two guard pages (PROT_NONE), so an overflow or underflow off its ends faults. A freed
+// block's region, guards included, is replaced by a fresh PROT_NONE reservation (its pages
+// dropped, its addresses kept) in a quarantine of the last HAK_QUARANTINE_COUNT freed, so a use
+// after free faults, a read after free sees nothing, and the next allocations get other
+// addresses; the oldest is unmapped when a new one enters. A table entry covers the block and
+// its trailing guard; the leading guard is the page before it.
+#define HAK_GUARD            HAK_OS_PAGE_SIZE
+#define HAK_QUARANTINE_COUNT 64
+static uintptr_t quarantine_base[HAK_QUARANTINE_COUNT];
+static size_t quarantine_size[HAK_QUARANTINE_COUNT];
+static unsigned quarantine_next;
+
+static int quarantined(uintptr_t block) {
+    for (unsigned i = 0; i < HAK_QUARANTINE_COUNT; i++)
+        if (quarantine_size[i] && quarantine_base[i] + HAK_GUARD == block) return 1;
+    return 0;
+}
+
+static void *secure_alloc(size_t need, size_t alignment) {
+    size_t extra = alignment > HAK_GUARD ? alignment : 0, total = HAK_GUARD + need + HAK_GUARD;
+    if (total < need || total + extra < total) return NULL;
+    char *base = hak_os_map(total + extra);
+    if (base == MAP_FAILED) return NULL;
+    hak_stat_mapped((long)(total + extra));
+    uintptr_t lowest = (uintptr_t)base + HAK_GUARD;
+    char *block = (char *)(extra ? (lowest + extra - 1) & ~(uintptr_t)(extra - 1) : lowest);
+    if (block - HAK_GUARD > base) { // over-aligned: the surplus before the leading guard goes
+        hak_os_unmap(base, (size_t)(block - HAK_GUARD - base));
+        hak_stat_mapped(-(long)(block - HAK_GUARD - base));
+    }
+    char *end = base + total + extra, *guard_end = block + need + HAK_GUARD;
+    if (end > guard_end) {
+        hak_os_unmap(guard_end, (size_t)(end - guard_end));
+        hak_stat_mapped(-(long)(end - guard_end));
+    }
+    int saved = errno;
+    mprotect(block - HAK_GUARD, HAK_GUARD, PROT_NONE);
+    mprotect(block + need, HAK_GUARD, PROT_NONE);
+    errno = saved;
+    mark_registry((uintptr_t)block, need);
+    hak_lock_acquire(&large_lock);
+    int ok = table_insert((uintptr_t)block, need + HAK_GUARD, need, new_map_id());
+    hak_lock_release(&large_lock);
+    if (!ok) {
+        hak_os_unmap(block - HAK_GUARD, need + 2 * HAK_GUARD);
+        hak_stat_mapped(-(long)(need + 2 * HAK_GUARD));
+        return NULL;
+    }
+    count_new_region(need);
+    return block;
+}
+
+static void secure_free(hak_large *e) {
+    uintptr_t base = e->block - HAK_GUARD;
+    size_t size = e->map_size + HAK_GUARD;
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
+    e->block = HAK_LARGE_TOMBSTONE;
+    int saved = errno;
+    void *fresh = mmap((void *)base, size, PROT_NONE,
+                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    errno = saved;
+    if (fresh == MAP_FAILED) { // (no memory for the reservation: unmapped at once instead)
+        hak_os_unmap((void *)base, size);
+        hak_stat_mapped(-(long)size);
+        return;
+    }
+    unsigned i = quarantine_next++ % HAK_QUARANTINE_COUNT;
+    if (quarantine_size[i]) {
+        hak_os_unmap((void *)quarantine_base[i], quarantine_size[i]);
+        hak_stat_mapped(-(long)quarantine_size[i]);
+    }
+    quarantine_base[i] = base;
+    quarantine_size[i] = size;
+}
+
+// Out of address space: the quarantine goes (hak_large_release_cache). Under the lock.
+static size_t quarantine_release(void) {
+    size_t released = 0;
+    for (unsigned i = 0; i < HAK_QUARANTINE_COUNT; i++) {
+        if (!quarantine_size[i]) continue;
+        hak_os_unmap((void *)quarantine_base[i], quarantine_size[i]);
+        hak_stat_mapped(-(long)quarantine_size[i]);
+        released += quarantine_size[i];
+        quarantine_size[i] = 0;
+    }
+    return released;
+}
+#endif
+
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);
+#ifdef HAK_SECURE
+    (void)zero; // every block is a fresh mapping
+    return secure_alloc(need, alignment);
+#endif
     hak_lock_acquire(&large_lock);
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     uint64_t due = 0;
@@ -427,7 +534,9 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         hak_stat_add(large, cache_hit, 1);
         hak_stat_add(large, alloc, 1);
         hak_stat_add(large, live_kb, need / 1024);
-        if (zero) memset(block, 0, size);
+        // calloc: the whole usable size, which malloc_usable_size reports and the program may
+        // use (the region's last user wrote it up to its own usable size).
+        if (zero) memset(block, 0, need);
         return block;
     }
     if (alignment <= HAK_OS_PAGE_SIZE && need <= HAK_LARGE_SPAN_MAX &&
@@ -460,8 +569,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         map_size = need;
         if (zero) memset(block, 0, grown_from); // (the grown part is fresh)
     } else if (alignment <= HAK_OS_PAGE_SIZE) {
-        block = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        hak_stat_add(ss_os, mmap_total, 1);
+        block = hak_os_map(need);
         if (block == MAP_FAILED) return NULL;
         map_size = need;
         hak_stat_mapped((long)need);
@@ -495,6 +603,9 @@ static hak_large *live_entry(const char *func, void *p) {
     int freed = e != NULL;
     for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
         freed |= recently_unmapped[i] == (uintptr_t)p;
+#ifdef HAK_SECURE
+    freed |= quarantined((uintptr_t)p);
+#endif
     hak_lock_release(&large_lock);
     hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
@@ -575,6 +686,11 @@ void hak_large_free(void *p) {
     hak_large *e = live_entry("free", p);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, e->usable / 1024);
+#ifdef HAK_SECURE
+    secure_free(e);
+    hak_lock_release(&large_lock);
+    return;
+#endif
     size_t live =
         (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
     size_t limit = cache_limit(live + e->usable);
@@ -656,6 +772,13 @@ void *hak_large_realloc(void *p, size_t size) {
     hak_lock_acquire(&large_lock);
     hak_large *e = live_entry("realloc", p);
     size_t map_size = e->map_size, usable = e->usable;
+#ifdef HAK_SECURE
+    // Between its guards a block neither grows nor gives back its tail: within its usable
+    // size it stays, anything larger is copied to a new block.
+    hak_lock_release(&large_lock);
+    (void)map_size;
+    return need <= usable ? p : NULL;
+#endif
     if (need <= map_size) {
         // Shrink, or regrow within the mapping (a cached region serves requests down to half
         // its size): a shrink gives back the tail beyond the block when it is at least a
@@ -684,11 +807,20 @@ void *hak_large_realloc(void *p, size_t size) {
     // The entry leaves the table before the lock is dropped for the call: if mremap moves the
     // block, its old address is free for anyone's next mapping at once, and that mapping's
     // entry must not meet this one. (Only this thread may free or resize p meanwhile.)
+    // Room for the entry to come back is made first: once mremap has moved the block, the
+    // entry must go back, and a table that cannot grow then would leave no way to return NULL.
+    if (!table_reserve()) {
+        hak_lock_release(&large_lock);
+        return NULL; // (the caller's malloc, copy and free fail as well: NULL, p untouched)
+    }
+    e = table_find((uintptr_t)p); // (growing may have rebuilt the table)
     uint32_t map_id = e->map_id;
     e->block = HAK_LARGE_TOMBSTONE;
     hak_lock_release(&large_lock);
     int saved = errno;
     void *q = mremap(p, map_size, need, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED && errno == ENOMEM && hak_os_release_cached()) // out of address space
+        q = mremap(p, map_size, need, MREMAP_MAYMOVE);
     errno = saved;
     hak_stat_add(large, mremap, 1);
     int moved = q != MAP_FAILED;
@@ -702,12 +834,39 @@ void *hak_large_realloc(void *p, size_t size) {
         q = p; // p stays as it was, still mapped: its entry goes back
     }
     hak_lock_acquire(&large_lock);
-    int ok = table_insert((uintptr_t)q, map_size, usable, moved ? new_map_id() : map_id);
+    int ok = table_insert_back((uintptr_t)q, map_size, usable, moved ? new_map_id() : map_id);
     hak_lock_release(&large_lock);
     if (!ok) hak_fatal_pointer("realloc", "out of metadata memory for", q);
     if (!moved) return NULL;
     if (q == p) hak_stat_add(large, realloc_in_place, 1);
     return q;
+}
+
+// Out of address space (hak_os_release_cached): every cached region, and the untaken rest of
+// the current chunk, unmapped. Returns the bytes.
+size_t hak_large_release_cache(void) {
+    hak_lock_acquire(&large_lock);
+    size_t released = 0;
+#ifdef HAK_SECURE
+    released += quarantine_release();
+#endif
+    while (cache_count) {
+        hak_large *e = cache_remove(cache_count - 1);
+        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
+        hak_os_unmap((void *)e->block, e->map_size);
+        hak_stat_mapped(-(long)e->map_size);
+        hak_stat_add(large, cache_evict, 1);
+        released += e->map_size;
+        e->block = HAK_LARGE_TOMBSTONE;
+    }
+    if (chunk_left) {
+        hak_os_unmap(chunk_next, chunk_left);
+        hak_stat_mapped(-(long)chunk_left);
+        released += chunk_left;
+        chunk_left = 0;
+    }
+    hak_lock_release(&large_lock);
+    return released;
 }
 
 void hak_large_fork_prepare(void) {

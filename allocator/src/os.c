@@ -43,13 +43,54 @@ uint64_t hak_coarse_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+// Out of address space (a process under RLIMIT_AS, `ulimit -v`, as sandboxes and batch systems
+// set it; or vm.overcommit_memory=2): before a mapping is refused, what the allocator keeps
+// mapped for reuse goes back: every cached large region and the rest of the current span
+// chunk, the abandoned superslabs that emptied, every cached empty superslab. Only what sits
+// behind a global lock can be reached safely; other threads' heaps are theirs. Before, a burst
+// of 1-8 MiB blocks freed left the large cache holding the address space: the largest malloc
+// that still succeeded under a 1 GB limit was 32 MiB (glibc: 896 MiB). Returns whether
+// anything was unmapped (then the caller tries once more).
+int hak_os_release_cached(void) {
+    size_t released = hak_large_release_cache();
+    hak_superslab_reclaim_all_abandoned();
+    hak_lock_acquire(&cache_lock);
+    hak_superslab *list = cache_first;
+    cache_first = NULL;
+    atomic_store_explicit(&cache_count, 0, memory_order_relaxed);
+    atomic_store_explicit(&cache_purge_next_ns, 0, memory_order_relaxed);
+    hak_lock_release(&cache_lock);
+    for (hak_superslab *ss = list, *next; ss; ss = next) {
+        next = ss->next;
+        hak_stat_add(ss_os, cache_release, 1);
+        hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
+        hak_os_unmap(ss, HAK_SS_SIZE);
+        hak_stat_mapped(-(long)HAK_SS_SIZE);
+        released += HAK_SS_SIZE;
+    }
+    return released != 0;
+}
+
+// An anonymous read-write mapping of `size` bytes, or MAP_FAILED; refused for want of memory,
+// it is tried once more after hak_os_release_cached. errno as it was on success.
+void *hak_os_map(size_t size) {
+    int saved = errno;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    hak_stat_add(ss_os, mmap_total, 1);
+    if (p == MAP_FAILED && errno == ENOMEM && hak_os_release_cached()) {
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        hak_stat_add(ss_os, mmap_total, 1);
+    }
+    if (p != MAP_FAILED) errno = saved;
+    return p;
+}
+
 // Maps `size` bytes (a multiple of 4 KiB) aligned to `alignment` (a power of two >= 4 KiB).
 // The caller gets the aligned start; the mapping is exactly [start, start + size).
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size) {
     size_t over = size + alignment;
     if (over < size) return NULL;
-    char *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    hak_stat_add(ss_os, mmap_total, 1);
+    char *raw = hak_os_map(over);
     if (raw == MAP_FAILED) return NULL;
     char *start = (char *)(((uintptr_t)raw + alignment - 1) & ~(uintptr_t)(alignment - 1));
     size_t head = (size_t)(start - raw), tail = over - head - size;
@@ -106,19 +147,28 @@ hak_superslab *hak_os_superslab_get(void) {
         // Still resident unless it was decommitted in the cache: then every slot is a resident
         // free slot that the purge policy must know about, or it would never purge them.
         uint8_t huge = ss->huge;
-        uint32_t dirty = ss->dirty_mask;
+        uint32_t dirty = ss->dirty_mask, rw_units = ss->rw_units;
         memset(ss, 0, sizeof *ss);
         ss->huge = huge;
         ss->dirty_mask = dirty;
+        ss->rw_units = rw_units;
         return ss;
     }
     hak_stat_add(ss_os, cache_miss, 1);
     if (hak_option[HAK_OPT_SS_HUGEPAGE_EXPERIMENT]) ss = map_huge_superslab();
-    if (!ss) {
+    if (ss) {
+        ss->rw_units = ~0u;
+    } else {
         char *base;
         size_t size;
         ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
         if (!ss) return NULL;
+        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units).
+        int saved = errno;
+        if (mprotect((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE,
+                     PROT_NONE) != 0)
+            ss->rw_units = ~0u;
+        errno = saved;
     }
     return ss; // registered by hak_superslab_acquire, with its page kind
 }
@@ -151,12 +201,13 @@ void hak_os_superslab_put(hak_superslab *ss) {
     ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
-    if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT] &&
-        atomic_load_explicit(&cache_count, memory_order_relaxed) < limit)
-        decommit(ss);
     ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
     hak_lock_acquire(&cache_lock);
     if (cache_count < limit) {
+        // The lean policy decommits under the lock, where room in the cache is known: decided
+        // before it, a superslab put while the cache looked full could be cached resident (by
+        // then another thread had taken one) with no deadline to purge it, for good.
+        if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT]) decommit(ss);
         ss->next = cache_first;
         cache_first = ss;
         cache_count++;

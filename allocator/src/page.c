@@ -50,6 +50,11 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     for (uint32_t i = 1; i < count; i++, p += page->block_size)
         hak_link_set((hak_block *)p, (hak_block *)(p + page->block_size));
     hak_link_set((hak_block *)p, NULL);
+#ifdef HAK_SECURE
+    // Each carved block's canary word says free (wrappers.c), whatever the slot held before.
+    for (char *b = first; b <= p; b += page->block_size)
+        ((uintptr_t *)(b + page->block_size))[-1] = hak_canary_value(b) ^ HAK_CANARY_FREED;
+#endif
     page->free = (hak_block *)first;
     page->reserved = (uint16_t)(page->reserved + count);
     return 1;
@@ -77,6 +82,7 @@ void hak_page_collect(hak_page *page) {
     hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
     hak_block *tail = list, *next;
     int32_t count = 1, used = page->used;
+    const hak_slot_bounds bounds = hak_page_slot_bounds(page);
     // More blocks than ever handed out: a block was freed twice (the list may even be a
     // cycle); stop rather than walk it forever. Blocks of 16 B and up carry the remote-free
     // key in their second word: cleared here (two loops, so the test is not made per block).
@@ -85,12 +91,12 @@ void hak_page_collect(hak_page *page) {
         for (;; tail = next, count++) {
             ((uintptr_t *)tail)[1] = 0;
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link_walk(page, tail))) break;
+            if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     } else {
         for (;; tail = next, count++) {
             if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
-            if (!(next = hak_link_walk(page, tail))) break;
+            if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     }
     hak_link_set(tail, page->free);
@@ -193,6 +199,13 @@ void hak_page_restore_purged(hak_page *page) {
 void hak_page_check_link(const hak_page *page, const hak_block *block) {
     const hak_block *next = hak_link(block);
     if (next && !hak_page_contains_block(page, (uintptr_t)next)) hak_page_link_corrupted(block);
+}
+#endif
+
+#ifdef HAK_SECURE
+void hak_link_tampered(const hak_block *holder) {
+    hak_fatal_pointer("malloc", "free list corrupted (write after free or overflow?) at block",
+                      holder);
 }
 #endif
 

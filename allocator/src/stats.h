@@ -34,6 +34,7 @@
     X(mmap_total)          /* mmap calls */                                                        \
     X(munmap)              /* munmap calls */                                                      \
     X(madvise)             /* madvise calls */                                                     \
+    X(mprotect)            /* page slots made writable at their first use */                       \
     X(slot_purge_kb)       /* free page slots of live superslabs given back (madvise DONTNEED) */  \
     X(block_purge_kb)      /* idle free medium blocks given back (lean policy)                 */  \
     X(huge_alloc)          /* superslabs backed by huge pages */                                   \

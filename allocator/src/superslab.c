@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 
 #include "internal.h"
 
@@ -79,6 +80,14 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
     ss->free_page_mask = (uint32_t)((1ull << ss->page_count) - 1);
     if (page_kind == HAK_KIND_SMALL) ss->free_page_mask &= ~1u;
     ss->purge_due_ns = 0;
+#ifdef HAK_SECURE
+    // New secrets for its links (internal.h, hak_link_encode); from the process's key stream
+    // when the kernel's pool cannot answer at once.
+    if (getrandom(ss->secrets, sizeof ss->secrets, GRND_NONBLOCK) != (ssize_t)sizeof ss->secrets)
+        for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++)
+            ss->secrets[i] = hak_canary_key * 0x9e3779b97f4a7c15u ^
+                             ((uintptr_t)ss + i) * 0xbf58476d1ce4e5b9u ^ hak_coarse_now_ns();
+#endif
     hak_stat_add(ss_os, alloc, 1);
     return ss;
 }
@@ -95,12 +104,29 @@ void hak_superslab_release(hak_superslab *ss) {
 // or after a start that a superslab of a group of classes takes from its group: every header
 // sits at a multiple of 2 MiB, so the descriptors of each group's first page would otherwise
 // share one set of every cache level, and their pages' first blocks another.
+// Makes page slot i readable and writable if it is not yet (see hak_superslab.rw_units); 0 when
+// the kernel refuses (out of memory, or of mappings: vm.max_map_count).
+static int slot_writable(hak_superslab *ss, unsigned i) {
+    unsigned per = 1u << (ss->page_shift - HAK_PAGE_SHIFT); // 64 KiB units per page
+    uint32_t units = per >= 32 ? ~0u : ((1u << per) - 1) << (i * per);
+    if ((ss->rw_units & units) == units) return 1;
+    char *start = (char *)ss + (i == 0 ? HAK_SS_HEADER_SIZE : (size_t)i << ss->page_shift);
+    char *end = (char *)ss + ((size_t)(i + 1) << ss->page_shift);
+    int saved = errno;
+    int ok = mprotect(start, (size_t)(end - start), PROT_READ | PROT_WRITE) == 0;
+    errno = saved;
+    hak_stat_add(ss_os, mprotect, 1);
+    if (ok) ss->rw_units |= units;
+    return ok;
+}
+
 hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!ss->free_page_mask) return NULL;
     uint32_t warm = ss->free_page_mask & ss->dirty_mask, mask = warm ? warm : ss->free_page_mask;
     unsigned start = ss->affinity == HAK_AFFINITY_ANY ? 0 : ss->affinity % ss->page_count;
     uint32_t from_start = mask & ~((1u << start) - 1);
     unsigned i = (unsigned)__builtin_ctz(from_start ? from_start : mask);
+    if (!slot_writable(ss, i)) return NULL;
     ss->free_page_mask &= ~(1u << i);
     ss->dirty_mask &= ~(1u << i);
     ss->pages_in_use++;
@@ -189,6 +215,12 @@ void hak_superslab_reclaim_abandoned(unsigned visits) {
         push_abandoned(ss);
         hak_lock_release(&abandoned_lock);
     }
+}
+
+// Every abandoned superslab visited once (out of address space: hak_os_release_cached).
+void hak_superslab_reclaim_all_abandoned(void) {
+    size_t count = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+    if (count) hak_superslab_reclaim_abandoned((unsigned)(count - count / 16));
 }
 
 // Could a heap that needs a page of `cls` use this abandoned superslab's pages? One of them

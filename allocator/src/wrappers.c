@@ -20,11 +20,16 @@
 #endif
 
 // The secure build's tail canary: the last word of every block of a size class holds a value
-// made of the process's secret and the block's address while the block is allocated (usable
-// sizes are a word shorter), and every free checks it. An overflow out of a block crosses it
-// before it reaches the next block (whose link the pop checks), so an overflow is caught when
-// the overflowed block is freed, as glibc catches one by the next chunk's size field. Large
-// blocks are mappings of their own, with no metadata in band.
+// made of a secret and the block's address while the block is allocated (usable sizes are a
+// word shorter), and every free checks it. An overflow out of a block crosses it before it
+// reaches the next block (whose link the pop checks), so an overflow is caught when the
+// overflowed block is freed, as glibc catches one by the next chunk's size field. The free
+// disarms it (HAK_CANARY_FREED; carving writes that too), so a second free of a free block is
+// caught at that free, however late; and it checks the canary of the block before (armed,
+// disarmed, or what other writers leave in a free block's last word: 0 once the lean policy has
+// purged it, the remote-free mark in a 16-byte block's), so an underflow out of the block, or
+// an overflow of the one before, is caught at this free too. Large blocks are mappings of
+// their own between guard pages (large.c).
 #ifdef HAK_SECURE
 #define HAK_CANARY_SIZE sizeof(uintptr_t)
 static inline uintptr_t *canary_of(void *p, const hak_page *page) {
@@ -33,20 +38,35 @@ static inline uintptr_t *canary_of(void *p, const hak_page *page) {
 static inline void canary_arm(void *p, const hak_page *page) {
     *canary_of(p, page) = hak_canary_value(p);
 }
-// The free fast path's test: a block whose canary is not intact (or that is no block start at
-// all) goes to the slow path, which checks it in full and reports which it is. The canary is
-// read only where the block would end inside its superslab.
+static inline void canary_disarm(void *p, const hak_page *page) {
+    *canary_of(p, page) ^= HAK_CANARY_FREED;
+}
+static inline int neighbour_intact(void *p, const hak_page *page) {
+    char *prev = (char *)p - page->block_size;
+    if (prev < hak_page_start(page)) return 1;
+    uintptr_t word = *canary_of(prev, page), value = hak_canary_value(prev);
+    return word == value || word == (value ^ HAK_CANARY_FREED) || word == 0 ||
+           word == (hak_remote_key ^ (uintptr_t)prev);
+}
+// The free fast path's test: a block whose canaries are not intact (or that is no block start
+// at all) goes to the slow path, which checks it in full and reports which it is. The canary
+// is read only where the block would end inside its superslab.
 static inline int canary_intact(void *p, const hak_page *page) {
     uintptr_t offset = (uintptr_t)p & HAK_SS_MASK;
-    return offset + page->block_size <= HAK_SS_SIZE && *canary_of(p, page) == hak_canary_value(p);
+    return offset + page->block_size <= HAK_SS_SIZE && *canary_of(p, page) == hak_canary_value(p) &&
+           neighbour_intact(p, page);
 }
 static void secure_check(const char *func, const hak_page *page, void *p) {
-    if (HAK_UNLIKELY(*canary_of(p, page) != hak_canary_value(p)))
-        hak_fatal_pointer(func, "heap overflow past the end of", p);
+    uintptr_t word = *canary_of(p, page), value = hak_canary_value(p);
+    if (HAK_UNLIKELY(word == (value ^ HAK_CANARY_FREED))) hak_fatal_pointer(func, "double free", p);
+    if (HAK_UNLIKELY(word != value)) hak_fatal_pointer(func, "heap overflow past the end of", p);
+    if (HAK_UNLIKELY(!neighbour_intact(p, page)))
+        hak_fatal_pointer(func, "heap underflow before (or overflow of the block before)", p);
 }
 #else
 #define HAK_CANARY_SIZE        0
 #define canary_arm(p, page)    ((void)0)
+#define canary_disarm(p, page) ((void)0)
 #define canary_intact(p, page) 1
 #endif
 
@@ -88,6 +108,11 @@ HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
         errno = ENOMEM;
         return NULL;
     }
+    if (HAK_UNLIKELY(size == 0)) {
+        void *p = hak_zero_alloc(); // unreadable and unwritable (zero.c)
+        if (p) return p;
+        size = 1; // (an 8-byte block would have its canary where its link is)
+    }
     return malloc_inline(size + HAK_CANARY_SIZE);
 }
 #endif
@@ -126,6 +151,7 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
                    !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list &&
                    canary_intact(p, page))) {
+        canary_disarm(p, page);
         hak_link_set(block, *list);
         *list = block;
         HAK_HOT_STAT(heap, free, page->class_idx);
@@ -236,17 +262,25 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
     return block;
 }
 
-// This thread's heap, created at its first allocation; NULL (errno ENOMEM) if that fails.
-static inline hak_heap *current_heap(void) {
+static HAK_NOINLINE void *alloc_class_slow(hak_heap *heap, unsigned cls) {
+    return alloc_class(heap, cls);
+}
+
+// Allocates from size class `cls` on this thread's heap, created at its first allocation; after
+// the thread's heap was destroyed at its exit, on the exited threads' shared heap
+// (hak_heap_exited_alloc). NULL (errno ENOMEM) on failure.
+static inline void *alloc_current(unsigned cls) {
     hak_heap *heap = hak_tls_heap;
     if (HAK_UNLIKELY(heap == &hak_heap_empty)) {
-        heap = hak_thread_init();
-        if (!heap) errno = ENOMEM;
-        return heap;
+        void *block = NULL;
+        if (hak_thread_exited)
+            block = hak_heap_exited_alloc(cls, alloc_class_slow);
+        else if ((heap = hak_thread_init()))
+            block = alloc_class(heap, cls);
+        if (!block) errno = ENOMEM;
+        return block;
     }
-    // Never NULL otherwise: lets the compiler drop the caller's test on the common path.
-    if (!heap) __builtin_unreachable();
-    return heap;
+    return alloc_class(heap, cls);
 }
 
 static void *large_alloc(size_t size, size_t alignment, int zero) {
@@ -255,11 +289,22 @@ static void *large_alloc(size_t size, size_t alignment, int zero) {
     return p;
 }
 
+// hak_malloc_slow of a thread without a heap: its first allocation, or one after its heap was
+// destroyed at its exit. Tiny sizes map to classes as a new heap maps them.
+static HAK_NOINLINE void *malloc_without_heap(size_t size) {
+    hak_process_init(); // hak_small_max comes from the options
+    if (size > hak_small_max) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
+    return alloc_current(size <= HAK_TINY_MAX ? hak_class_merged_into[hak_tiny_class_of(size)]
+                                              : hak_class_of(size));
+}
+
+// (In the secure build `size` includes the tail canary, which large blocks do not have: they
+// end at their trailing guard page.)
 HAK_NOINLINE void *hak_malloc_slow(size_t size) {
-    if (size > HAK_SMALL_MAX_ALL) return large_alloc(size, HAK_MIN_ALIGN, 0);
-    hak_heap *heap = current_heap(); // reads the options first: hak_small_max is set after
-    if (!heap) return NULL;
-    if (size > hak_small_max) return large_alloc(size, HAK_MIN_ALIGN, 0);
+    if (size > HAK_SMALL_MAX_ALL) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
+    hak_heap *heap = hak_tls_heap;
+    if (HAK_UNLIKELY(heap == &hak_heap_empty)) return malloc_without_heap(size);
+    if (size > hak_small_max) return large_alloc(size - HAK_CANARY_SIZE, HAK_MIN_ALIGN, 0);
     // tiny sizes through the heap's own map: its merged classes (hak_class_merged_into)
     return alloc_class(heap, size <= HAK_TINY_MAX ? heap->class_of_size[size] : hak_class_of(size));
 }
@@ -309,6 +354,7 @@ static void free_owner(hak_heap *heap, hak_page *page, void *p) {
     if (hak_page_has_free_block(page, block)) hak_fatal_pointer("free", "double free", p);
 #elif defined(HAK_SECURE)
     secure_check("free", checked_page("free", ss, p), p);
+    canary_disarm(p, page);
 #else
     if (HAK_UNLIKELY(!page->in_use || ((uint16_t)(uintptr_t)p & page->block_mask) ||
                      in_header((uintptr_t)p)))
@@ -337,6 +383,7 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
         bad_block("free", page, p);
 #ifdef HAK_SECURE
     secure_check("free", page, p);
+    canary_disarm(p, page);
 #endif
     hak_block *block = p;
     if (page->block_size >= 16) {
@@ -379,8 +426,21 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
 
 // Any free the inline fast path did not take, found from the address alone (the debug build
 // sends every free here).
+// The secure build's zero-size blocks (zero.c): checked for `func`, freed by free. 1 if p is
+// one of them.
+static inline int zero_block(const char *func, void *p) {
+#ifdef HAK_SECURE
+    if ((uintptr_t)p < HAK_ADDRESS_LIMIT && hak_registry_get((uintptr_t)p) == HAK_REG_ZERO) {
+        hak_zero_free(func, p);
+        return 1;
+    }
+#endif
+    (void)func, (void)p;
+    return 0;
+}
+
 HAK_NOINLINE void hak_free_slow(void *p) {
-    if (p == NULL) return;
+    if (p == NULL || zero_block("free", p)) return;
     hak_superslab *ss = checked_superslab("free", p);
     if (!ss) {
         hak_large_free(p);
@@ -423,6 +483,7 @@ static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uint
 
 // Usable size of a live block, after the same checks as free.
 static size_t checked_usable_size(const char *func, void *p) {
+    if (zero_block(func, p)) return 0;
     hak_superslab *ss = checked_superslab(func, p);
     if (!ss) return hak_large_usable(func, p);
     hak_page *page = checked_page(func, ss, p);
@@ -491,11 +552,18 @@ HAK_EXPORT void *hak_calloc(size_t count, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
+#ifdef HAK_SECURE
+    if (total == 0) return hak_malloc(0); // nothing to zero (zero.c)
+#endif
     hak_process_init(); // hak_small_max comes from the options
     // Skip the memset for a large block: a fresh mapping is already zero.
-    if (total > hak_small_max) return large_alloc(total, HAK_MIN_ALIGN, 1);
+    if (total + HAK_CANARY_SIZE > hak_small_max) return large_alloc(total, HAK_MIN_ALIGN, 1);
     void *p = hak_malloc(total);
-    if (p) memset(p, 0, total);
+    // The whole block, as glibc: malloc_usable_size says the program may use all of it.
+    if (p)
+        memset(p, 0,
+               hak_page_of(hak_superslab_of((uintptr_t)p), (uintptr_t)p)->block_size -
+                   HAK_CANARY_SIZE);
     return p;
 }
 
@@ -548,11 +616,8 @@ static void *aligned_alloc_impl(size_t alignment, size_t size) {
         while (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max &&
                (hak_class_block_size[cls] & (0u - hak_class_block_size[cls])) < alignment)
             cls++;
-        if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max) {
-            hak_heap *heap = current_heap();
-            if (!heap) return NULL;
-            return alloc_class(heap, cls);
-        }
+        if (cls < HAK_CLASS_COUNT && hak_class_block_size[cls] <= hak_small_max)
+            return alloc_current(cls);
     }
     return large_alloc(size, alignment, 0);
 }

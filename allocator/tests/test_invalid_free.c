@@ -291,14 +291,14 @@ static void test_canary_first_byte_never_zero(void) {
     static const uintptr_t keys[] = {0, 0x100, 0x123456789abcde00u, ~(uintptr_t)0xff};
     static const uintptr_t addresses[] = {0x7f0000000000u, 0x7f0000001000u, 0x7f0000000100u,
                                           0x7f0000000030u, 0x7f00001ff000u, 0x7fffffffe000u};
-    uintptr_t saved = hak_link_key;
+    uintptr_t saved = hak_canary_key;
     unsigned zero = 0;
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        hak_link_key = keys[k];
+        hak_canary_key = keys[k];
         for (size_t a = 0; a < sizeof addresses / sizeof addresses[0]; a++)
             zero += (hak_canary_value((const void *)addresses[a]) & 0xff) == 0;
     }
-    hak_link_key = saved;
+    hak_canary_key = saved;
     printf("canary first byte 0 for %u of %zu keys x addresses\n", zero,
            sizeof keys / sizeof keys[0] * (sizeof addresses / sizeof addresses[0]));
     CHECK(zero == 0);

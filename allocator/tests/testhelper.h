@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_alloc_api.h"
@@ -129,6 +130,22 @@ static inline bool process_memory(size_t *resident, size_t *virtual_size) {
     if (resident) *resident = pages_resident * page;
     if (virtual_size) *virtual_size = pages_virtual * page;
     return true;
+}
+
+// Runs fn in a forked child, which exits with fn's result (stdout flushed first: _exit does
+// not); returns the child's wait status, -1 if the fork or the wait failed.
+static inline int test_in_child(int (*fn)(void)) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int code = fn();
+        fflush(stdout);
+        _exit(code);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return status;
 }
 
 #endif

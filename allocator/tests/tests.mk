@@ -34,13 +34,14 @@
 
 HAKTEST_DIR     := allocator/tests
 HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release \
+    test_lifecycle test_oom test_hooks test_link_tamper \
     test_paths test_conformance test_fork_signal fuzz_api
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
 # about what the allocator really returns.
 HAKTEST_NO_BUILTINS := -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc \
     -fno-builtin-realloc
-HAKTEST_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -pthread -I$(HAKTEST_DIR) \
+HAKTEST_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -pthread -I$(HAKTEST_DIR) -Iallocator/src \
     $(HAKTEST_NO_BUILTINS)
 HAKTEST_LDLIBS  := -pthread -ldl
 

@@ -18,7 +18,7 @@ from hakbench.core.profiles import parse_sets
 from hakbench.engine import interrupts
 from hakbench.engine.store import default_run_dir
 from hakbench.experiments import ab, ab_plan, ab_spec
-from hakbench.report.markdown import VERDICT_HEADER, rss_verdict, verdict_rows
+from hakbench.report.markdown import VERDICT_HEADER, fmt_ratio, rss_verdict, verdict_rows
 from hakbench.stats.stats import FAILED, INCONCLUSIVE, NO_GO
 
 RSS = ("maxrss_kb", "rss_end_kb")  # the memory guardrails beside each verdict
@@ -107,11 +107,11 @@ def _print_table(header, rows) -> None:
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per process")
 @click.option(
     "--layouts",
-    default=1,
-    show_default=True,
     type=click.IntRange(1, 64),
     help="code layouts a side: each libhakmem side relinked in K layouts of its own code, "
-    "drawn at random per pair; the verdict includes the layout spread (1: the build as is)",
+    "drawn at random per pair; the verdict includes the layout spread (1: the build as is) "
+    f"[default: {ab_spec.DEFAULT_BUILD_LAYOUTS} when A and B are different libhakmem "
+    "binaries (revisions, variants), else 1]",
 )
 @click.option(
     "--perf",
@@ -228,6 +228,8 @@ def ab_cmd(
     ab_plan.check_layouts(spec)  # a reference allocator has no layouts: before any build
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
         ab_plan.check_spec(spec)  # (with revisions, each side is checked against its own build)
+    else:
+        ab_plan.check_set_types(spec)  # and a bad value before any revision is built
     out = out or default_run_dir(f"ab-{profile}")
     click.echo(spec.describe(), err=True)
     if spec.sequential:
@@ -256,7 +258,11 @@ def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> 
     )
     for g in result.comparisons:
         if result.role(g) == "guardrail" and g.verdict not in ("NEUTRAL", "INCONCLUSIVE", ""):
-            click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {g.ratio:.4f})")
+            ratio = fmt_ratio(g, deciding=True)
+            click.echo(f"guardrail {g.workload} {g.metric}: {g.verdict} (B/A {ratio})")
+    for side, lines in sorted(result.allocator_warnings.items()):
+        for line in lines:
+            click.echo(f"allocator warning (side {side}): {line}")
     for lib in result.changed_libraries:
         click.echo(f"warning: {lib} changed while the A/B ran (rebuilt?)")
     for w, e in result.engagement.items():

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import subprocess
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -334,6 +335,28 @@ def validate_env(env: Mapping[str, str], options: Iterable[dict], where: str = "
         allowed = table[key].get("values")
         if allowed and str(value).upper() not in {str(a).upper() for a in allowed}:
             raise UsageError(f"{key}={value}{loc}: allowed values are {', '.join(allowed)}")
+        kind = table[key].get("type")
+        if kind in VALUE_FORMS and not VALUE_FORMS[kind][0].fullmatch(str(value).strip()):
+            raise UsageError(f"{key}={value}{loc}: not a valid {kind} ({VALUE_FORMS[kind][1]})")
+
+
+# What libhakmem's option parser (allocator/src/options.c, parse_value) accepts for each type
+# of the options table; anything else it replaces by the default with only a warning on the
+# measured process's stderr, so a run would be labelled with a value it never had.
+VALUE_FORMS = {
+    "bool": (
+        re.compile(r"(?i)1|0|on|off|yes|no|true|false"),
+        "1/0, on/off, yes/no or true/false",
+    ),
+    "int": (
+        re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)"),
+        "an integer: decimal, 0x hex or 0 octal",
+    ),
+    "size": (
+        re.compile(r"\+?[0-9]+([kKmMgG][iI]?)?[bB]?"),
+        "a byte count, optionally with K, M or G (KiB, MB ...)",
+    ),
+}
 
 
 def scaled_workload(workload: Workload, scale: float) -> Workload:

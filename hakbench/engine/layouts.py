@@ -26,7 +26,9 @@ must give a library byte-identical to the build's ``<variant>/libhakmem.so``; ot
 are not that library's objects (a stale object of a deleted source, an interrupted build) and
 nothing is linked (``MeasurementError``). The relinked library is that check only.
 
-Where. ``<build>/layouts/<variant>/<k>/`` is a build directory of its own:
+Where. ``<build>/layouts/<variant>/<k>/`` (seed 0; ``.../s<seed>/<k>/`` for a call's own
+seed, so concurrent calls never relink each other's libraries; old seeds are pruned) is a
+build directory of its own:
 ``<variant>/libhakmem.so`` is layout k; ``bench``, ``bin`` and the other variants' directories
 are links to the build's own. So a Cell whose ``build`` is that directory (``with_layout``)
 runs the same harness programs (the glibc reference checksum is keyed by the resolved
@@ -82,11 +84,37 @@ class Layout:
     pad_bytes: int = 0
 
 
-def layout_dir(build: Path | None, variant: str, k: int) -> Path:
-    """The build directory of layout ``k`` (pure: nothing is checked or built): the build
-    itself for k = 0, else ``<build>/layouts/<variant>/<k>``."""
+def layout_dir(build: Path | None, variant: str, k: int, seed: int = 0) -> Path:
+    """The build directory of layout ``k`` drawn with the call's ``seed`` (pure: nothing is
+    checked or built): the build itself for k = 0, else ``<build>/layouts/<variant>/<k>``
+    for seed 0 and ``<build>/layouts/<variant>/s<seed>/<k>`` for another seed, so that two
+    calls that draw their own layouts of one build at the same time (two sessions comparing
+    the same revisions) never relink a library the other is running."""
     base = _base(build)
-    return base if k == 0 else base / "layouts" / variant / str(k)
+    if k == 0:
+        return base
+    return base / "layouts" / variant / (str(k) if seed == 0 else f"s{seed}/{k}")
+
+
+# The layouts of other seeds kept beside a call's (the newest by time): older ones, unused
+# for KEEP_HOURS, are removed when a call links its own (a layout is relinked in ~0.1 s).
+KEEP_SEEDS = 24
+KEEP_HOURS = 6.0
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Remove ``root``'s seed directories beyond the KEEP_SEEDS newest that were not touched
+    for KEEP_HOURS (never ``keep``, the call's own)."""
+    import time
+
+    seeds = sorted(
+        (d for d in root.glob("s*") if d.is_dir() and d != keep),
+        key=lambda d: d.stat().st_mtime,
+        reverse=True,
+    )
+    for d in seeds[KEEP_SEEDS:]:
+        if time.time() - d.stat().st_mtime > KEEP_HOURS * 3600:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def with_layout(cell: Cell, layout: Layout) -> Cell:
@@ -151,6 +179,10 @@ def build_layouts(
         linker = _Linker(base, variant, cc or os.environ.get("CC") or "gcc")
         for i in range(1, k):
             layouts.append(linker.layout(i, seed))
+        if seed != 0:
+            own = layout_dir(base, variant, 1, seed).parent
+            os.utime(own)  # in use now: the newest
+            _prune(root, own)
     finally:
         os.close(lock)
     return layouts
@@ -218,7 +250,7 @@ class _Linker:
 
     def layout(self, k: int, seed: int) -> Layout:
         order, pad, layout_seed = plan_layout(list(self.objects), k, seed)
-        target = layout_dir(self.base, self.variant, k)
+        target = layout_dir(self.base, self.variant, k, seed)
         library = target / self.variant / LIBRARY
         key = self.key(order, pad, layout_seed)
         if not (library.is_file() and _recorded_key(target) == key):
@@ -268,7 +300,7 @@ class _Linker:
             [self.cc, "-shared", "-o", str(target / self.variant / LIBRARY), *inputs, *self.flags]
         )
         record = {
-            "k": int(target.name),
+            "k": int(target.name),  # (the seed's directory is its parent)
             "variant": self.variant,
             "seed": layout_seed,
             "order": list(order),

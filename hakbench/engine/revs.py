@@ -10,6 +10,7 @@ Concurrent callers serialise on a lock of the ``build/`` directory.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -53,26 +54,51 @@ def rev_build_dir(sha: str, root: Path | None = None) -> Path:
     return (root or paths.repo_root()) / "build" / f"rev-{sha}"
 
 
-def is_built(build_dir: Path) -> bool:
-    return (build_dir / STAMP).is_file()
+def is_built(build_dir: Path, targets: tuple[str, ...] | None = None) -> bool:
+    """Whether ``build_dir`` holds a finished build: the whole ``make build``, or (``targets``)
+    at least those targets (a whole build has them all)."""
+    if (build_dir / STAMP).is_file():
+        return True
+    return targets is not None and (build_dir / partial_stamp(targets)).is_file()
 
 
-def build_at_rev(rev: str, *, root: Path | None = None, jobs: int | None = None) -> RevBuild:
+def partial_stamp(targets: tuple[str, ...]) -> str:
+    """The stamp of a build of only ``targets`` (paths under the build directory)."""
+    digest = hashlib.sha256("\n".join(sorted(targets)).encode()).hexdigest()[:12]
+    return f"{STAMP}-{digest}"
+
+
+def fast_targets(programs: tuple[str, ...]) -> tuple[str, ...]:
+    """What an A/B or an instruction count of the fast variant needs of a build: the fast
+    library (its objects come with it, for code layouts), the options table's tool, and the
+    harness ``programs``. A fraction of ``make build`` (no stats, debug or PGO builds)."""
+    return ("fast/libhakmem.so", "bin/hakmem-options", *(f"bench/{p}" for p in programs))
+
+
+def build_at_rev(
+    rev: str,
+    *,
+    root: Path | None = None,
+    jobs: int | None = None,
+    targets: tuple[str, ...] | None = None,
+) -> RevBuild:
     """Build (or reuse) the allocator and harness at ``rev``; raise MeasurementError on failure.
+    ``targets`` (paths under the build directory, e.g. ``fast_targets``): build only those,
+    unless a whole build of the revision is there already.
 
     The build log is kept in ``<build_dir>/rev-build.log``; a cached build writes nothing.
     """
     root = root or paths.repo_root()
     sha = resolve_rev(rev, root)
     build_dir = rev_build_dir(sha, root)
-    if is_built(build_dir):
+    if is_built(build_dir, targets):
         return RevBuild(sha, build_dir)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = os.open(build_dir.parent, os.O_RDONLY)  # one rev build at a time per build/
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_built(build_dir):  # another process may have built it while we waited
-            _build(sha, build_dir, root, jobs or os.cpu_count() or 1)
+        if not is_built(build_dir, targets):  # another process may have built it meanwhile
+            _build(sha, build_dir, root, jobs or os.cpu_count() or 1, targets)
     finally:
         os.close(lock)
     return RevBuild(sha, build_dir)
@@ -85,10 +111,13 @@ def _own_make_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-def _build(sha: str, build_dir: Path, root: Path, jobs: int) -> None:
-    if build_dir.exists():  # leftovers of a failed or interrupted build
+def _build(
+    sha: str, build_dir: Path, root: Path, jobs: int, targets: tuple[str, ...] | None = None
+) -> None:
+    if build_dir.exists():  # leftovers of a failed, interrupted or partial build
         shutil.rmtree(build_dir)
     build_dir.mkdir(parents=True)
+    goals = ["build"] if targets is None else [str(build_dir / t) for t in targets]
     log_path = build_dir / LOG
     worktree = Path(tempfile.mkdtemp(prefix=f"hakbench-rev-{sha[:12]}-"))
     try:
@@ -99,7 +128,7 @@ def _build(sha: str, build_dir: Path, root: Path, jobs: int) -> None:
             log.write(f"# make build at {sha} in {worktree}\n")
             log.flush()
             made = subprocess.run(
-                ["make", "-C", str(worktree), f"-j{jobs}", "build", f"BUILD={build_dir}"],
+                ["make", "-C", str(worktree), f"-j{jobs}", *goals, f"BUILD={build_dir}"],
                 env=_own_make_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -111,7 +140,7 @@ def _build(sha: str, build_dir: Path, root: Path, jobs: int) -> None:
                 f"build at {sha[:12]} failed (exit {made.returncode}); log {log_path}: "
                 + " | ".join(tail)
             )
-        (build_dir / STAMP).write_text(sha + "\n")
+        (build_dir / (STAMP if targets is None else partial_stamp(targets))).write_text(sha + "\n")
     finally:
         _git(["worktree", "remove", "--force", str(worktree)], root)
         shutil.rmtree(worktree, ignore_errors=True)

@@ -28,13 +28,14 @@ from pathlib import Path
 from hakbench.core.cell import Cell
 from hakbench.core.metrics import METRICS
 from hakbench.engine import engine, interrupts
-from hakbench.engine.load import LoadMonitor
+from hakbench.engine.load import PROC_STAT, LoadMonitor, own_times, parse_system_stat
 from hakbench.engine.process import Launch
 from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, run_sample
 from hakbench.engine.schedule import ab_schedule, iter_ab_schedule
 from hakbench.experiments import ab_plan
 from hakbench.experiments.ab_analysis import (
+    allocator_warnings,
     engagement_of,
     judge_run,
     layout_summaries,
@@ -73,6 +74,7 @@ def run_ab(
     builds, shas = ab_plan.resolve_builds(spec)
     with_why = ab_plan.check_spec_why(spec, builds)
     cells = {w: ab for w, (ab, _) in with_why.items()}
+    spec = ab_plan.resolve_layouts(spec, cells)  # K a side, before anything is recorded
     layouts = ab_plan.layout_cells(spec, cells)
     meta = ab_plan.run_meta(spec, with_why, shas, command)
     meta["layouts"] = {  # every layout's library is in the identity too
@@ -162,6 +164,7 @@ def run_ab(
             changed_libraries=ab_plan.changed_libraries(meta),
             layouts=layout_summaries(samples, spec, cells, ks, comparisons, run.stopper),
             layout_note=ab_plan.layout_note(spec, cells),
+            allocator_warnings=allocator_warnings(samples),
         )
         meta["changed_libraries"] = result.changed_libraries
         meta["finished"] = not interrupted
@@ -206,6 +209,7 @@ class _Run:
                 max_pairs=spec.max_pairs,
                 clock=lambda: time.monotonic() + self.replayed["s"],
                 layouts=(self.k_a, self.k_b),
+                alpha=spec.alpha,
             )
             if spec.sequential
             else None
@@ -291,8 +295,19 @@ def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -
             stopper.add(w, math.log(r[0]) if len(r) else None, layouts=layouts)
             if not ok and st.failures(measured[w]["A"], measured[w]["B"]).verdict:
                 stopper.stop(w, "failed", st.FAILED)
-        if not stopper.end_round():
+        if not stopper.end_round(load=_other_cpu()):
             return
+
+
+def _other_cpu() -> tuple[float, float] | None:
+    """(monotonic seconds, CPU seconds every process but hakbench and its waited children
+    used so far): the Stopper's cumulative reading for its load-spike check."""
+    try:
+        system = parse_system_stat(PROC_STAT.read_text())
+    except (OSError, ValueError):
+        return None
+    busy_s = system.busy_ticks / os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), busy_s - own_times().total_s
 
 
 def _observe(cell: Cell, spec: ABSpec) -> dict:

@@ -26,6 +26,23 @@ from hakbench.stats.layouts import (
 )
 from hakbench.stats.stopper import Stopper
 
+# the prefix of every warning libhakmem writes to stderr (allocator/src/options.c)
+ALLOCATOR_PREFIX = "hakmem:"
+
+
+def allocator_warnings(samples: list[dict]) -> dict:
+    """side -> the distinct lines libhakmem wrote to the stderr of that side's processes
+    (``hakmem: HAKMEM_X=banana is not a valid bool; using the default 0``), in order."""
+    out: dict = {}
+    for s in samples:
+        for line in (s.get("stderr_tail") or "").splitlines():
+            line = line.strip()
+            if line.startswith(ALLOCATOR_PREFIX):
+                seen = out.setdefault(s.get("side") or "-", [])
+                if line not in seen:
+                    seen.append(line)
+    return out
+
 
 def failures_by_workload(samples: list[dict], workloads: list[str], spec: ABSpec) -> dict:
     """workload -> stats.Failures of its judged samples (the measured pairs, or the
@@ -45,6 +62,7 @@ def apply_stop(c: st.Comparison, stopper) -> None:
     s = stopper.stops[c.workload]
     look = s.look  # with the layout spread in, when the pairs drew layouts
     c.stop = s.reason or ""
+    c.note = s.note  # a drift or load spike found (why it stopped, or a flag beside)
     if look is None:
         return
     c.ratio, c.ci_low, c.ci_high = (math.exp(x) for x in (look.estimate, look.low, look.high))
@@ -189,11 +207,27 @@ def analyse(
     def role(c):
         return roles.get((c.workload, c.metric), roles.get(c.metric, "info"))
 
-    st.judge([c for c in comparisons if role(c) != "info"], spec.threshold_pct)
+    judge_families(comparisons, role, spec)
     for c in comparisons:
         if role(c) == "info":
             c.verdict = ""
     return comparisons, roles
+
+
+def judge_families(comparisons: list, role, spec: ABSpec) -> None:
+    """Two families, each corrected across the whole call: every primary comparison (Holm
+    and NEUTRAL's Bonferroni over all workloads, whatever metric each is judged on) and
+    every guardrail (over all workloads and guardrail metrics). A sequential call's
+    guardrails are judged on their confidence sequences (``sequential.judge_anytime``): their
+    number of pairs was chosen by the primary's stopping rule, which a fixed-n CI does not
+    allow for; its primaries are judged by the stopping rule (``apply_stop``)."""
+    primary = [c for c in comparisons if role(c) == "primary"]
+    guards = [c for c in comparisons if role(c) == "guardrail"]
+    st.judge(primary, spec.threshold_pct, family=lambda c: "primary", alpha=spec.alpha)
+    if spec.sequential:
+        seq.judge_anytime(guards, spec.threshold_pct, alpha=spec.alpha)
+    else:
+        st.judge(guards, spec.threshold_pct, family=lambda c: "guardrail", alpha=spec.alpha)
 
 
 def engagement_of(spec: ABSpec, cells: dict, harness: dict, observe: bool, observed: dict) -> dict:
@@ -275,7 +309,7 @@ def _judge_with_layouts(c: st.Comparison, samples, spec: ABSpec, layouts, k: int
     ratios, la, lb = _pair_layouts(samples, c.workload, c.metric)
     ks = {"k_a": layouts[0], "k_b": layouts[1]}
     _, c.ci_low, c.ci_high = layout_ci(ratios, la, lb, st.CONFIDENCE, ratios=True, **ks)
-    eq = layout_ci(ratios, la, lb, 1 - st.ALPHA / max(1, k), ratios=True, **ks)[1:]
+    eq = layout_ci(ratios, la, lb, 1 - spec.alpha / max(1, k), ratios=True, **ks)[1:]
     c.verdict = st.verdict(
         c.ratio,
         c.ci_low,
@@ -283,6 +317,7 @@ def _judge_with_layouts(c: st.Comparison, samples, spec: ABSpec, layouts, k: int
         c.p_holm,
         threshold_pct=spec.threshold_pct,
         higher_is_better=c.higher_is_better,
+        alpha=spec.alpha,
         equivalence=eq,
     )
     if k > 1 and c.verdict not in (st.GO, st.NO_GO):

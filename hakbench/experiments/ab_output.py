@@ -29,6 +29,7 @@ SUMMARY_FIELDS = (
     "verdict",
     "seconds",
     "stop",
+    "stop_note",
     "pairs_needed",
     "seconds_needed",
     # --layouts K (the primary comparison): layouts a side (A/B), the layout spread (SD of
@@ -114,6 +115,7 @@ def write_outputs(result: ABResult, samples: list[dict]) -> None:
                     "verdict": c.verdict,
                     "seconds": c.seconds,
                     "stop": c.stop,
+                    "stop_note": c.note,
                     "pairs_needed": c.pairs_needed,
                     "seconds_needed": c.seconds_needed,
                     **_layout_fields(result, c),

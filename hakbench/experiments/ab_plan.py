@@ -20,6 +20,7 @@ from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
 from hakbench.engine.schedule import ab_schedule
 from hakbench.experiments.ab_spec import (
+    DEFAULT_BUILD_LAYOUTS,
     DEFAULT_MAX_TIME_S,
     DEFAULT_PAIRS,
     DEFAULT_WORKLOADS,
@@ -88,9 +89,13 @@ def resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
     builds, shas = {}, {}
     for side, rev in (("B", spec.rev), ("A", spec.baseline_rev)):
         if rev:
-            from hakbench.engine.revs import build_at_rev  # issue 8's module, needed only here
+            from hakbench.engine.revs import build_at_rev, fast_targets
 
-            rb = build_at_rev(rev)
+            targets = None
+            if spec.rev_build == "fast":
+                found = [resolve_workload(w) for w in expand_workloads(spec.workloads)]
+                targets = fast_targets(tuple(sorted({w.program for w in found if not w.command})))
+            rb = build_at_rev(rev, targets=targets)
             builds[side], shas[side] = Path(rb.build_dir), rb.sha
     return builds, shas
 
@@ -125,6 +130,20 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
     ):
         raise UsageError("--extra-ops is a harness option: harness workloads only")
     return build_cells_why(spec, builds or {})
+
+
+def check_set_types(spec: ABSpec) -> None:
+    """``--set`` values of the options the work tree's table knows, checked against their
+    types before any revision is built (each side's build checks its own table again, and
+    the options it alone has)."""
+    from hakbench.core import paths
+    from hakbench.core.profiles import load_options, validate_env
+
+    if not spec.sets or not paths.options_binary().exists():
+        return
+    options = load_options()
+    known = {o["name"] for o in options}
+    validate_env({k: v for k, v in spec.sets.items() if k in known}, options, "--set")
 
 
 def spec_of(meta: dict) -> ABSpec:
@@ -271,6 +290,8 @@ def check_layouts(spec: ABSpec) -> None:
     """``--layouts K`` > 1 needs libhakmem on both sides (a reference allocator is one
     binary, with no objects to relink) and a timed metric (instruction counts do not depend
     on the layout): else one line (UsageError)."""
+    if spec.layouts is None:  # the default: chosen once the builds are known
+        return
     if spec.layouts < 1:
         raise UsageError(f"--layouts must be at least 1 (got {spec.layouts})")
     if spec.layouts == 1:
@@ -283,6 +304,28 @@ def check_layouts(spec: ABSpec) -> None:
         )
     if spec.metric not in TIMED_METRICS:
         raise UsageError(f"--layouts {spec.layouts}: a timed metric only (not {spec.metric})")
+
+
+def two_binaries(spec: ABSpec, cells: dict) -> bool:
+    """Whether some workload's A and B are different libhakmem binaries (two revisions or
+    variants whose libraries differ), judged on a timed metric: where code layout is part
+    of the difference."""
+    if spec.metric not in TIMED_METRICS:
+        return False
+    for a, b in cells.values():
+        pa, pb = (c.resolved_allocator().preload for c in (a, b))
+        if a.allocator == b.allocator == "hakmem" and pa and pb and sha256_of(pa) != sha256_of(pb):
+            return True
+    return False
+
+
+def resolve_layouts(spec: ABSpec, cells: dict) -> ABSpec:
+    """The spec with its layouts a side decided: as given, or (the default, None)
+    ``DEFAULT_BUILD_LAYOUTS`` when A and B are two different libhakmem binaries, else 1."""
+    if spec.layouts is not None:
+        return spec
+    k = DEFAULT_BUILD_LAYOUTS if two_binaries(spec, cells) else 1
+    return dataclasses.replace(spec, layouts=k)
 
 
 def layout_seed(spec: ABSpec) -> int:
@@ -341,16 +384,15 @@ class LayoutDraws:
 def layout_note(spec: ABSpec, cells: dict) -> str:
     """One line when the two sides are different libhakmem binaries, each run in one layout:
     code layout is not controlled ('' otherwise)."""
-    if spec.layouts > 1 or spec.metric not in TIMED_METRICS:
+    if spec.layouts > 1:
         return ""
-    for a, b in cells.values():
-        pa, pb = (c.resolved_allocator().preload for c in (a, b))
-        if a.allocator == b.allocator == "hakmem" and pa and pb and sha256_of(pa) != sha256_of(pb):
-            return (
-                "code layout is not controlled: A and B are different binaries, each in one "
-                "layout, so where the code landed is part of the difference (a relayout alone "
-                "read up to +-0.7 % here); --layouts 4 draws it at random"
-            )
+    if two_binaries(spec, cells):
+        return (
+            "code layout is not controlled (--layouts 1): A and B are different binaries, "
+            "each in one layout, so where the code landed is part of the difference (a "
+            "relayout alone read up to +-2 % on tiny_hot here); the default between two "
+            f"builds, --layouts {DEFAULT_BUILD_LAYOUTS}, draws it at random"
+        )
     return ""
 
 

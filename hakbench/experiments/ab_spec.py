@@ -50,6 +50,15 @@ TIMED_METRICS = (
 PERF_MODES = ("observe", "each", "off")
 DEFAULT_PERF_MODE = "observe"
 DEFAULT_PERF_RUNS = 3
+# Code layouts a side when the two sides are different libhakmem binaries: their difference
+# is the change plus where its code landed, and a relayout alone moved tiny_hot by up to
+# 1.6-2 % (issue 42), so a verdict between builds must include the layout spread. 16: the
+# layout floor narrows as 1/sqrt(K) and its t quantile with the degrees of freedom; measured
+# 2026-11-28 (docs/notebook/2026-11-28-verdicts.md) on tiny_hot, a ~1.6 % slowdown between
+# two revisions was NO-GO in 3 of 10 default calls with 8 layouts a side (7 layout-limited)
+# and 9 of 10 with 16, an unused function never GO/NO-GO with either; a layout is a link of
+# the same objects (~0.1 s).
+DEFAULT_BUILD_LAYOUTS = 16
 
 
 def judged_metric(metric: str, workload) -> str:
@@ -94,12 +103,20 @@ class ABSpec:
     # side A --extra-ops KA, a known injected slowdown
     extra_ops: int | None = None
     baseline_extra_ops: int = 0  # side A's K when extra_ops is set
-    # code layouts a side (issue 29; hakbench.engine.layouts): 1 = the build's own library
-    layouts: int = 1
+    # code layouts a side (issue 29; hakbench.engine.layouts): 1 = the build's own library;
+    # None: DEFAULT_BUILD_LAYOUTS when A and B are two different libhakmem binaries (two
+    # revisions, two variants), else 1 (``ab_plan.resolve_layouts``, before anything runs)
+    layouts: int | None = None
     # the layouts' link order and pad (engine.layouts.plan_layout); None: the call's seed, so
     # every call draws K - 1 fresh layouts of each side (layout 0 is the build as it is) and
     # --seed, --resume and --continue link the same ones again
     layout_seed: int | None = None
+    # the call's error rate: Holm's level, NEUTRAL's Bonferroni total (bisect splits its own
+    # over its steps)
+    alpha: float = st.ALPHA
+    # what a revision's build makes: "full" (make build) or "fast" (the fast library, the
+    # options tool and the workloads' harness programs: what bisect's steps need)
+    rev_build: str = "full"
 
     @property
     def sequential(self) -> bool:
@@ -118,19 +135,26 @@ class ABSpec:
         )
 
     def describe(self) -> str:
-        def side(allocator, variant, profile, sets):
+        def side(allocator, variant, profile, sets, rev):
             hakmem = allocator == "hakmem"
             text = allocator + (f":{variant}" if hakmem and variant != "fast" else "")
             text += f" {profile}" if hakmem else ""
-            return text + "".join(f" {k}={v}" for k, v in sorted(sets.items()))
+            text += "".join(f" {k}={v}" for k, v in sorted(sets.items()))
+            # the revision each side was built at (the working tree when none is named, if
+            # the other side names one)
+            if self.rev or self.baseline_rev:
+                text += f" @ {rev}" if rev else " @ the working tree"
+            return text
 
         a = side(
             self.baseline_allocator or self.allocator,
             self.baseline_variant or self.variant,
             self.baseline or self.profile,
             {},
+            self.baseline_rev,
         )
-        text = f"A = {a}, B = {side(self.allocator, self.variant, self.profile, self.sets)}"
+        b = side(self.allocator, self.variant, self.profile, self.sets, self.rev)
+        text = f"A = {a}, B = {b}"
         if self.extra_ops is not None:
             text += (
                 f" --extra-ops {self.extra_ops} against A's {self.baseline_extra_ops}"
@@ -163,6 +187,7 @@ class ABResult:
     stopped_by: str = ""  # the stop signal's description when interrupted
     layouts: dict = field(default_factory=dict)  # workload -> ab_analysis.LayoutSummary
     layout_note: str = ""  # two binaries compared in one layout each: not controlled
+    allocator_warnings: dict = field(default_factory=dict)  # side -> libhakmem's stderr lines
 
     def role(self, c) -> str:
         """primary | guardrail | info of a comparison: per (workload, metric) where a command

@@ -15,28 +15,45 @@ and the scorecard judge FAILED when the process dies (``-w @misuse`` says so).
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from hakbench.core import paths
+from hakbench.core import paths, suites
 from hakbench.core.allocators import Allocator, resolve_allocator
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.core.procenv import clean_env
-from hakbench.core.profiles import closest
-from hakbench.engine.process import wait_group
-from hakbench.tables.misuse_model import PROGRAM, compact_stderr, compact_stdout, rows_csv, rows_of
+from hakbench.experiments.misuse_suite import (
+    SuiteProbes,
+    open_suite,
+    resumed_suite,
+    run_benign,
+    run_ended,
+    run_suite_probe,
+    select_names,
+)
+from hakbench.tables import misuse_suite_model
+from hakbench.tables.misuse_model import (
+    PROGRAM,
+    compact_stderr,
+    compact_stdout,
+    pattern_records,
+    rows_csv,
+    rows_of,
+)
 
 # The allocators a misuse run covers by default: every known one; hakmem once per variant.
 DEFAULT_ALLOCATORS = ("system", "mimalloc", "jemalloc", "tcmalloc", "tbbmalloc", "hakmem")
 # libhakmem's builds the probes run against. Add "secure" here once build/secure exists
 # (and allocators.VARIANTS knows it): one word.
 HAKMEM_VARIANTS = ["fast", "debug", "secure"]
+# An optional reference given by path: GrapheneOS's hardened_malloc (docs/misuse.md says
+# how to build it). Set, the misuse runs and the scorecard's refresh add it to their
+# allocators as `hardened_malloc`.
+HARDENED_ENV = "HAKBENCH_HARDENED_MALLOC"
+HARDENED_NAME = misuse_suite_model.HARDENED
 TIMEOUT_S = 20.0  # the probe ends itself after 2 s of CPU or 10 s; this is the backstop
 # Runs per allocator and pattern: most outcomes repeat exactly, a few depend on where ASLR
 # put things (glibc's alignment check of a forged tcache link misses 1 time in 16).
@@ -64,21 +81,7 @@ def list_patterns(build: Path | None = None) -> list[str]:
 def select_patterns(known: list[str], wanted: Iterable[str]) -> list[str]:
     """Names or shell globs (``'double-free-*'``) -> patterns, in the probe's order; one
     that matches nothing is a UsageError naming the closest pattern."""
-    wanted = list(wanted)
-    if not wanted:
-        return list(known)
-    chosen: set[str] = set()
-    for w in wanted:
-        hits = [p for p in known if fnmatch.fnmatchcase(p, w)]
-        if not hits:
-            hint = closest(w, known)
-            raise UsageError(
-                f"unknown misuse pattern '{w}'"
-                + (f"; closest: {hint}" if hint else "")
-                + " (hakbench misuse --list names them)"
-            )
-        chosen.update(hits)
-    return [p for p in known if p in chosen]
+    return select_names(known, wanted, "misuse pattern", "hakbench misuse --list names them")
 
 
 def resolve_targets(
@@ -106,6 +109,30 @@ def resolve_targets(
     return found, skipped
 
 
+def default_allocators() -> list[str]:
+    """``DEFAULT_ALLOCATORS``, and hardened_malloc by path when ``$HAKBENCH_HARDENED_MALLOC``
+    names it (a path that is no file: UsageError, one line)."""
+    path = os.environ.get(HARDENED_ENV)
+    return [*DEFAULT_ALLOCATORS, *([f"{HARDENED_NAME}={path}"] if path else [])]
+
+
+def suite_probes(
+    wanted: Iterable[str] = (), *, required: bool = False
+) -> tuple[SuiteProbes | None, str]:
+    """The suite's probes (``hakbench.core.suites.resolve_suite_dir``'s checkout) to run
+    beside our patterns, or (None, why not) when no checkout is to be found and none was
+    asked for (``required``: ``--suite-dir``, ``--set suite`` or ``--probe`` given, or
+    ``$HAKBENCH_MIMALLOC_BENCH`` set; then the missing suite is the error, exit 5). A suite
+    that fails to build is an error either way."""
+    required = required or bool(os.environ.get(suites.ENV_VAR))
+    try:
+        return open_suite(None, wanted), ""
+    except suites.SuiteMissingError as e:
+        if required:
+            raise
+        return None, str(e)
+
+
 # ---- running ----
 
 
@@ -114,66 +141,37 @@ def run_probe(
 ) -> dict:
     """One probe process under ``alloc``: the raw record (never raises for a process that
     died; that is the result)."""
-    argv = [str(probe_path(build)), pattern]
-    record = {
+    ended = run_ended([str(probe_path(build)), pattern], clean_env({}, alloc.preload), timeout)
+    return {
         "label": alloc.label,
         "allocator": alloc.name,
         "variant": alloc.variant or "",
         "pattern": pattern,
         "expect_impl": alloc.expect_impl,
-        "returncode": None,
-        "signal": None,
-        "timed_out": False,
-        "wall_s": None,
-        "stdout": "",
-        "stderr": "",
+        **ended,
+        "stdout": compact_stdout(ended["stdout"]),
+        "stderr": compact_stderr(ended["stderr"]),
     }
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=err,
-                env=clean_env({}, alloc.preload),
-                start_new_session=True,
-            )
-        except OSError as e:
-            record["stderr"] = f"cannot start {argv[0]}: {e}\n"
-            return record
-        status, _, timed_out = wait_group(proc, timeout)
-        record["wall_s"] = round(time.perf_counter() - t0, 4)
-        texts = []
-        for f in (out, err):
-            f.seek(0)
-            texts.append(f.read().decode(errors="replace"))
-    code = os.waitstatus_to_exitcode(status)
-    record.update(
-        returncode=code,
-        signal=-code if code < 0 else None,
-        timed_out=timed_out,
-        stdout=compact_stdout(texts[0]),
-        stderr=compact_stderr(texts[1]),
-    )
-    return record
 
 
 @dataclass
 class MisuseRun:
     out: Path
     records: list[dict]
-    rows: list[dict]
+    rows: list[dict]  # our patterns: one per allocator and pattern
     skipped: list[dict]
     interrupted: bool = False
+    suite_rows: list[dict] = field(default_factory=list)  # the suite's probes (none: not run)
 
 
 PROBES_FILE = "probes.jsonl"
-# what a record keeps (``run_probe``'s fields and the run's number): the engine's tags and
-# sequence numbers stay in the run directory's probes.jsonl, out of the scorecard's copy
-RECORD_FIELDS = (
-    *("label", "allocator", "variant", "pattern", "expect_impl", "returncode", "signal"),
-    *("timed_out", "wall_s", "stdout", "stderr", "run"),
-)
+# what a record keeps: the engine's tags and sequence numbers stay in the run directory's
+# probes.jsonl, out of the scorecard's copy
+ENGINE_TAGS = ("phase", "cell", "workload", "round", "seq", "run_id")
+
+
+def stored_record(sample: dict) -> dict:
+    return {k: v for k, v in sample.items() if k not in ENGINE_TAGS}
 
 
 def run_misuse(
@@ -188,28 +186,31 @@ def run_misuse(
     meta: dict | None = None,
     label: str | None = "misuse",
     resume: bool = False,
+    suite: SuiteProbes | None = None,
 ) -> MisuseRun:
-    """Every pattern ``runs`` times under every allocator through the engine
-    (``hakbench.engine.engine.Session``: meta.json first, each record appended to
+    """Every pattern ``runs`` times under every allocator, and with ``suite`` the suite's
+    benign programs once and each of its security probes ``runs`` times, through the
+    engine (``hakbench.engine.engine.Session``: meta.json first, each record appended to
     ``out/probes.jsonl`` as its process ends, one progress bar, labelled ``label``, None: no
-    bar); then ``misuse.csv``, ``misuse.md`` and ``meta.json`` (``skipped``: allocators not
-    run, ``{label, reason}``, for the report). A stop signal (``hakbench.engine.interrupts``)
-    ends the run; the files are written from what finished and the result says
-    ``interrupted``. ``resume``: ``out`` holds a stopped or killed run (``resumed`` gives
-    its arguments): its records are kept, the other probes run, after the probe program and
-    the libraries are checked to be those it ran (one line, exit 2, otherwise)."""
+    bar); then ``misuse.csv`` (``suite-probes.csv``), ``misuse.md`` and ``meta.json``
+    (``skipped``: allocators not run, ``{label, reason}``, for the report). A stop signal
+    (``hakbench.engine.interrupts``) ends the run; the files are written from what finished
+    and the result says ``interrupted``. ``resume``: ``out`` holds a stopped or killed run
+    (``resumed`` gives its arguments): its records are kept, the other processes run, after
+    the programs and the libraries are checked to be those it ran (one line, exit 2,
+    otherwise)."""
     from hakbench.engine import engine, interrupts
     from hakbench.engine.progress import Progress
     from hakbench.engine.store import write_json, write_text
     from hakbench.report.misuse_md import run_markdown
-    from hakbench.tables.misuse_model import row_of
 
     if not resume and (out / PROBES_FILE).exists():
         raise UsageError(f"{out} already holds a misuse run ({PROBES_FILE}); pick another --out")
     meta = dict(meta or {})
+    programs = [probe_path(build)] if patterns else []
     meta.update(
         kind="misuse",
-        probe=str(probe_path(build)),
+        probe=str(probe_path(build)) if patterns else None,
         allocators=[a.label for a in allocators],
         libraries={a.label: str(a.preload) if a.preload else "" for a in allocators},
         targets=[_target_record(a) for a in allocators],
@@ -217,43 +218,84 @@ def run_misuse(
         runs=runs,
         timeout=timeout,
         skipped=list(skipped or []),
+        suite=suite.record() if suite else None,
     )
-    ident = engine.identity_of([probe_path(build), *(a.preload for a in allocators)], {}, out)
+    files = [*programs, *(suite.files() if suite else []), *(a.preload for a in allocators)]
+    ident = engine.identity_of(files, {}, out)
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, name=PROBES_FILE)
-    bar = Progress(len(allocators) * len(patterns) * runs, label) if label else None
+    per_alloc = len(patterns) * runs
+    if suite:
+        per_alloc += len(suite.benign) + len(suite.probes) * runs
+    bar = Progress(len(allocators) * per_alloc, label) if label else None
 
     def step(record: dict) -> None:
-        outcome = row_of(record)["outcome"]
-        bar.step(outcome != "error", f"{record['label']} {record['pattern']}: {outcome}")
+        ok, what = _progress_of(record)
+        bar.step(ok, what)
 
     session = engine.Session(store, stored=stored, on_sample=step if bar else None)
     interrupted = False
     try:
         for alloc in allocators:
-            for pattern in patterns:
-                for run in range(runs):
-                    tags = {"phase": "probe", "cell": alloc.label, "workload": pattern}
-                    session.take(
-                        {**tags, "round": run},
-                        lambda alloc=alloc, pattern=pattern, run=run: {
-                            **run_probe(alloc, pattern, build=build, timeout=timeout),
-                            "run": run,
-                        },
-                    )
+            for slot, run_one in _slots(alloc, patterns, runs, suite, build, timeout):
+                session.take({**slot, "cell": alloc.label}, run_one)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         if bar:
             bar.close()
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
-        records = [{k: r[k] for k in RECORD_FIELDS} for r in session.finished]
-        rows = rows_of(records)
+        records = [stored_record(r) for r in session.finished]
+        rows = rows_of(pattern_records(records))
+        suite_rows = misuse_suite_model.rows_of(records)
         meta["interrupted"] = interrupted
         meta["probes_run"] = len(records)
         write_text(out / "misuse.csv", rows_csv(rows))
-        write_text(out / "misuse.md", run_markdown(rows, meta))
+        if suite:
+            write_text(out / misuse_suite_model.SUITE_CSV, misuse_suite_model.rows_csv(suite_rows))
+        write_text(out / "misuse.md", run_markdown(rows, meta, records))
         write_json(out / "meta.json", meta)
-    return MisuseRun(out, records, rows, meta["skipped"], interrupted)
+    return MisuseRun(out, records, rows, meta["skipped"], interrupted, suite_rows)
+
+
+def _slots(alloc, patterns, runs, suite, build, timeout):
+    """(engine tags, run) of one allocator's processes, in order: the suite's benign
+    programs first, then our patterns, then the suite's probes."""
+    if suite:
+        for b in suite.benign:
+            yield (
+                {"phase": "benign", "workload": b.program, "round": 0},
+                lambda b=b: run_benign(alloc, suite, b),
+            )
+    for pattern in patterns:
+        for run in range(runs):
+            yield (
+                {"phase": "probe", "workload": pattern, "round": run},
+                lambda pattern=pattern, run=run: {
+                    **run_probe(alloc, pattern, build=build, timeout=timeout),
+                    "run": run,
+                },
+            )
+    for probe in suite.probes if suite else ():
+        for run in range(runs):
+            yield (
+                {"phase": "suite-probe", "workload": probe, "round": run},
+                lambda probe=probe, run=run: {**run_suite_probe(alloc, suite, probe), "run": run},
+            )
+
+
+def _progress_of(record: dict) -> tuple[bool, str]:
+    """(ran, what to show) of one record for the progress bar."""
+    from hakbench.tables.misuse_model import row_of
+
+    kind = record.get("set", "patterns")
+    if kind == "benign":
+        problem = misuse_suite_model.benign_problem(record)
+        return not problem, f"{record['label']} {record['program']}: {problem or 'ok'}"
+    if kind == "suite":
+        outcome = misuse_suite_model.classify_run(record).outcome
+        return outcome != "error", f"{record['label']} {record['probe']}: {outcome}"
+    outcome = row_of(record)["outcome"]
+    return outcome != "error", f"{record['label']} {record['pattern']}: {outcome}"
 
 
 def _target_record(alloc: Allocator) -> dict:
@@ -267,7 +309,7 @@ def _target_record(alloc: Allocator) -> dict:
 
 def resumed(out: Path) -> dict:
     """``run_misuse``'s arguments for ``--resume out``: the allocators (as the run resolved
-    them), patterns, runs, timeout and skipped ones its meta.json records."""
+    them), patterns, suite probes, runs, timeout and skipped ones its meta.json records."""
     from hakbench.engine import engine
 
     meta = engine.stored_meta(out, "misuse")
@@ -283,4 +325,5 @@ def resumed(out: Path) -> dict:
         "runs": meta["runs"],
         "timeout": meta["timeout"],
         "skipped": meta["skipped"],
+        "suite": resumed_suite(meta.get("suite")),
     }

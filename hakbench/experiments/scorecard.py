@@ -31,7 +31,7 @@ from hakbench.tables.matrix_summary import (
     summarize,
     summary_values,
 )
-from hakbench.tables.misuse_model import rows_csv, rows_of
+from hakbench.tables.misuse_model import pattern_records, rows_csv, rows_of
 from hakbench.tables.scorecard_model import Scorecard
 
 # metric -> decimals in the CSV; throughput is the primary, the others sit beside it.
@@ -241,9 +241,9 @@ def render(results: Path, out: Path | None = None) -> list[Path]:
         markdown = markdown.rstrip("\n") + "\n\n" + section
         written += suite_plots
     if (stored_dir(results, MISUSE_DIR) / "meta.json").exists():
-        section, table = misuse_section(results, out)
+        section, tables = misuse_section(results, out)
         markdown = markdown.rstrip("\n") + "\n\n" + section
-        written.append(table)
+        written += tables
     for name, text in (
         (CSV_NAME, csv_text(card)),
         (HISTORY_NAME, history_text(card.history)),
@@ -311,17 +311,22 @@ def load_misuse(results: Path) -> tuple[list[dict], dict]:
     return records, read_json(meta_file)
 
 
-def misuse_section(results: Path, out: Path) -> tuple[str, Path]:
-    """The "Heap misuse" section of SCORECARD.md and its tidy table ``out/misuse/misuse.csv``,
-    classified again from the records stored in ``results/misuse/`` alone."""
+def misuse_section(results: Path, out: Path) -> tuple[str, list[Path]]:
+    """The "Heap misuse" section of SCORECARD.md and its tidy tables ``out/misuse/misuse.csv``
+    (our patterns) and ``suite-probes.csv`` (the suite's probes, when stored), classified
+    again from the records stored in ``results/misuse/`` alone."""
     from hakbench.report.misuse_md import scorecard_section
+    from hakbench.tables import misuse_suite_model
 
     records, meta = load_misuse(results)
-    rows = rows_of(records)
-    table = out / MISUSE_DIR / MISUSE_CSV
-    table.parent.mkdir(parents=True, exist_ok=True)
-    table.write_text(rows_csv(rows))
-    return scorecard_section(rows, meta, MISUSE_DIR), table
+    rows = rows_of(pattern_records(records))
+    tables = [out / MISUSE_DIR / MISUSE_CSV]
+    tables[0].parent.mkdir(parents=True, exist_ok=True)
+    tables[0].write_text(rows_csv(rows))
+    if meta.get("suite"):
+        tables.append(out / MISUSE_DIR / misuse_suite_model.SUITE_CSV)
+        tables[1].write_text(misuse_suite_model.rows_csv(misuse_suite_model.rows_of(records)))
+    return scorecard_section(rows, meta, MISUSE_DIR, records), tables
 
 
 def check(results: Path) -> list[str]:

@@ -165,17 +165,21 @@ def refresh(
 
 
 def refresh_misuse(results: Path, *, command=None) -> Path:
-    """Run every misuse pattern under the default allocators (hakmem once per variant of
-    ``misuse.HAKMEM_VARIANTS``), store the records in ``results/misuse/`` and regenerate.
-    The stored section is replaced only when the run finished and some probe ran."""
+    """Run every misuse pattern and the suite's security probes under the default
+    allocators (hakmem once per variant of ``misuse.HAKMEM_VARIANTS``; hardened_malloc when
+    ``$HAKBENCH_HARDENED_MALLOC`` names it), store the records in ``results/misuse/`` and
+    regenerate. The suite is required (``$HAKBENCH_MIMALLOC_BENCH`` or ``make suites``'
+    clone; none: exit 5). The stored section is replaced only when the run finished and
+    some probe ran."""
     from hakbench.engine.meta import collect_meta
     from hakbench.engine.store import default_run_dir
     from hakbench.experiments import misuse
 
-    targets, skipped = misuse.resolve_targets(misuse.DEFAULT_ALLOCATORS, misuse.HAKMEM_VARIANTS)
+    targets, skipped = misuse.resolve_targets(misuse.default_allocators(), misuse.HAKMEM_VARIANTS)
     if not targets:
         raise MeasurementError("no allocator to probe: every default one is unavailable")
     patterns = misuse.list_patterns()
+    suite, _ = misuse.suite_probes(required=True)
     run_dir = results / "runs" / default_run_dir("scorecard-misuse").name
     run = misuse.run_misuse(
         targets,
@@ -184,6 +188,7 @@ def refresh_misuse(results: Path, *, command=None) -> Path:
         skipped=skipped,
         meta=collect_meta(command),
         label="misuse probes",
+        suite=suite,
     )
     if run.interrupted:
         raise KeyboardInterrupt

@@ -8,9 +8,9 @@ from pathlib import Path
 from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
-from hakbench.stats.stats import ALPHA, INCONCLUSIVE, RULE, neutral_correction
-from hakbench.stats.stopper import LAYOUT_RULE
-from hakbench.stats.stopper import RULE as SEQ_RULE
+from hakbench.report.ab_rule import rule_lines, share_text, warning_lines
+from hakbench.stats.stats import INCONCLUSIVE
+from hakbench.stats.stopper import LAYOUT_LIMITED_PAIRS, LAYOUT_RULE
 
 # Rows of the per-workload table, in the order of the existing notes.
 TABLE_METRICS = (
@@ -87,11 +87,16 @@ def stop_text(c) -> str:
         "decided": "decided",
         "budget": "budget ran out",
         "failed": "a side failed",
-        "drift": "drifted (the looks' intervals no longer overlap: more pairs will not decide)",
+        "drift": "drifted (no single change fits its pairs: more pairs will not decide)",
+        "load spike": "stopped by a load spike",
+        "layout-limited": "layout-limited (only more code layouts, not more pairs, could "
+        "decide: stopped)",
     }
     parts = [f"{c.seconds:.1f} s" if c.seconds is not None else ""]
     parts.append(why.get(c.stop, c.stop))
-    if c.verdict == INCONCLUSIVE and c.stop != "drift":
+    if getattr(c, "note", ""):
+        parts.append(c.note)
+    if c.verdict == INCONCLUSIVE and c.stop not in ("drift", "load spike", "layout-limited"):
         if c.pairs_needed is None:
             parts.append("too few pairs to say how many would decide")
         else:
@@ -108,12 +113,14 @@ def verdict_rows(result) -> list[list[str]]:
     for c in result.primary():
         lay = layouts.get(c.workload)
         verdict = f"{c.verdict} {lay.report.label}".strip() if lay else c.verdict
+        if c.stop == "layout-limited":  # the verdict says so, not only the stop column
+            verdict += " (layout-limited)"
         stop = stop_text(c)
         if lay is not None and lay.more_layouts:  # no number of pairs would decide
             stop = stop.replace(", too few pairs to say how many would decide", "")
             stop += f", more layouts, not more pairs (layout floor +-{100 * lay.floor:.2f} %)"
         guards = [
-            f"{g.metric} {g.verdict} ({fmt_ratio(g)})"
+            f"{g.metric} {g.verdict} ({fmt_ratio(g, deciding=True)})"
             for g in result.comparisons
             if g.workload == c.workload and result.role(g) == "guardrail"
         ]
@@ -205,7 +212,9 @@ def layout_lines(result) -> list[str]:
     lines = [
         "## Code layouts",
         "",
-        LAYOUT_RULE.format(k_a=first.k_a, k_b=first.k_b),
+        LAYOUT_RULE.format(
+            k_a=first.k_a, k_b=first.k_b, share=share_text(), min_pairs=LAYOUT_LIMITED_PAIRS
+        ),
         "",
     ]
     rows = []
@@ -308,32 +317,7 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
             "",
         ]
     else:
-        m = METRICS[spec.metric]
-        direction = f"{'higher' if m.higher_is_better else 'lower'} {spec.metric} is better"
-        rule = SEQ_RULE if spec.sequential else RULE
-        text = rule.format(
-            alpha=ALPHA,
-            threshold=spec.threshold_pct,
-            direction=direction,
-            max_time=spec.max_time_s,
-            max_pairs=spec.max_pairs,
-        )
-        k = len(result.primary())
-        lines += [text, "", neutral_correction(k, sequential=spec.sequential, alpha=ALPHA), ""]
-        own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
-        commands = {w: m for w, m in own.items() if result.cells[w][0].workload.command}
-        threaded = {w: m for w, m in own.items() if w not in commands}
-        if threaded:  # CPU time leaves out the time threads wait for each other
-            lines += [f"Judged on throughput (several threads): {', '.join(threaded)}.", ""]
-        if commands:
-            lines += [
-                "Command workloads (real programs) are judged the same way on their own metric: "
-                + ", ".join(f"{w}: {m}" for w, m in commands.items())
-                + ". A sample whose output differs from glibc's (wrong_output), that crashed, "
-                "timed out or whose preload never showed in /proc/PID/maps is a failed sample, "
-                "never a number.",
-                "",
-            ]
+        lines += rule_lines(result)
     lines += [
         "Engagement: every HAKMEM_* switch that differs between A and B is checked against "
         "the counters its row of the options table names (allocator/src/options.h, "
@@ -387,6 +371,7 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
             + ".",
             "",
         ]
+    lines += warning_lines(getattr(result, "allocator_warnings", {}))
     noted = {w: note for w, note in result.failures.items() if note}
     if noted:
         lines += ["## Failures", ""]

@@ -7,6 +7,8 @@ section of the scorecard (``scorecard_section``) are both drawn from rows alone
 
 from __future__ import annotations
 
+from hakbench.report import misuse_suite_md
+from hakbench.tables import misuse_suite_model
 from hakbench.tables.misuse_model import (
     STOPPING_EFFECTS,
     counts,
@@ -15,7 +17,12 @@ from hakbench.tables.misuse_model import (
     patterns_of,
 )
 
-REFERENCE = "system"  # glibc: what the other allocators are held against
+REFERENCE = "system"
+# how the scorecard's section is measured again, with the suite and the optional reference
+REFRESH = (
+    "HAKBENCH_MIMALLOC_BENCH=CHECKOUT HAKBENCH_HARDENED_MALLOC=libhardened_malloc.so "
+    "hakbench scorecard --refresh --misuse"
+)  # glibc: what the other allocators are held against
 CELL = {"caught": "✔", "crashed": "crash", "hung": "hang", "error": "error"}
 EFFECT_TAG = {"overlap": "overlap", "arbitrary-address": "arbitrary", "malloc-null": "NULL"}
 
@@ -116,8 +123,41 @@ def _skipped_lines(meta: dict) -> list[str]:
     return [*lines, ""] if lines else []
 
 
-def run_markdown(rows: list[dict], meta: dict) -> str:
-    """``misuse.md`` of a ``hakbench misuse`` run."""
+def both_lines(rows: list[dict], records: list[dict]) -> list[str]:
+    """One line per allocator: our patterns caught and the suite's probes caught, each
+    counted by its own rule (a set not run: —)."""
+    suite_rows = misuse_suite_model.rows_of(records)
+    ours = {c.label: c for c in counts(rows)}
+    theirs = {c.label: c for c in misuse_suite_model.counts(suite_rows, records)}
+    lines = [
+        "| allocator | our patterns caught | the suite's probes caught (every run) |",
+        "|---|---:|---:|",
+    ]
+    for label in dict.fromkeys([*ours, *theirs]):
+        name = f"**{label}**" if label.startswith("hakmem") else label
+        mine = f"{ours[label].caught} of {ours[label].total}" if label in ours else "—"
+        c = theirs.get(label)
+        if c is None:
+            suite = "—"
+        elif c.usable is None or not c.usable.usable:
+            suite = f"not usable ({c.by_outcome['caught']} by the contract alone)"
+        else:
+            suite = f"{c.counted} of {c.total}"
+        lines.append(f"| {name} | {mine} | {suite} |")
+    return lines
+
+
+def _suite_lines(rows: list[dict], records: list[dict], meta: dict, level: str) -> list[str]:
+    suite_rows = misuse_suite_model.rows_of(records)
+    if not suite_rows:
+        return []
+    return misuse_suite_md.section_lines(suite_rows, records, meta, level)
+
+
+def run_markdown(rows: list[dict], meta: dict, records: list[dict] = ()) -> str:
+    """``misuse.md`` of a ``hakbench misuse`` run (``records``: every record, for the
+    suite's probes)."""
+    records = list(records)
     git = meta.get("git") or {}
     lines = [
         "# Heap misuse",
@@ -125,17 +165,18 @@ def run_markdown(rows: list[dict], meta: dict) -> str:
         f"`{meta.get('command', '?')}`, {meta.get('date', '?')}, commit "
         f"`{(git.get('commit') or 'unknown')[:12]}`"
         + (" (work tree had uncommitted changes)" if git.get("dirty") else "")
-        + f"; {len(rows)} probe processes"
+        + f"; {meta.get('probes_run', len(rows))} processes"
         + (", **interrupted**: the tables hold what finished" if meta.get("interrupted") else "")
         + ". Each probe (`build/bench/misuse_probe PATTERN`) performs one misuse, then a fixed "
         "amount of ordinary malloc/free activity, under the allocator preloaded (docs/misuse.md).",
         "",
         *_skipped_lines(meta),
-        "## Caught per allocator",
-        "",
-        *counts_lines(rows),
-        "",
+        *(["## Both sets", "", *both_lines(rows, records), ""] if meta.get("suite") else []),
+        *_suite_lines(rows, records, meta, "##"),
     ]
+    if not rows:
+        return "\n".join(lines)
+    lines += ["## Our patterns: caught per allocator", "", *counts_lines(rows), ""]
     missed = missed_lines(rows)
     if missed:
         lines += [f"Caught by glibc ({REFERENCE}), not by libhakmem:", "", *missed, ""]
@@ -162,18 +203,63 @@ def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
 
 
-def scorecard_section(rows: list[dict], meta: dict, stored: str) -> str:
-    """The "Heap misuse" section of SCORECARD.md, from the stored records' rows."""
+def anchors_text(meta: dict) -> str:
+    """The allocators the others are held against in this run: glibc, and hardened_malloc
+    when the run had it."""
+    libraries = meta.get("libraries") or {}
+    text = "glibc (`system`)"
+    if misuse_suite_model.HARDENED in libraries:
+        path = libraries[misuse_suite_model.HARDENED]
+        text += (
+            f" and GrapheneOS's hardened_malloc (`{misuse_suite_model.HARDENED}`, `{path}`; "
+            "docs/misuse.md says how it is built)"
+        )
+    return text
+
+
+def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[dict] = ()) -> str:
+    """The "Heap misuse" section of SCORECARD.md, from the stored records (``rows``: our
+    patterns' rows; ``records``: every record, for the suite's probes)."""
+    records = list(records)
     git = meta.get("git") or {}
-    n_patterns = len(patterns_of(rows))
-    effects = ", ".join(f"`{e}`" for e in STOPPING_EFFECTS)
+    suite = meta.get("suite")
+    tables = (
+        f"the tidy tables are `results/{stored}/misuse.csv` and `results/{stored}/suite-probes.csv`"
+        if suite
+        else f"the tidy table is `results/{stored}/misuse.csv`"
+    )
     lines = [
         "## Heap misuse",
         "",
         f"Stored in `results/{stored}/` (`hakbench scorecard --refresh --misuse`, "
         f"{meta.get('date', '?')}, commit `{(git.get('commit') or 'unknown')[:10]}`"
         + (", work tree had uncommitted changes" if git.get("dirty") else "")
-        + f"); the tidy table is `results/{stored}/misuse.csv`. {n_patterns} patterns, each "
+        + f"); {tables}. "
+        + (
+            "Two sets, each counted by its own rule: our own patterns and mimalloc-bench's "
+            "security probes. "
+            if suite
+            else ""
+        )
+        + f"Anchors: {anchors_text(meta)}."
+        + (f" Refresh: `{REFRESH}`." if suite else ""),
+        "",
+        *_skipped_lines(meta),
+    ]
+    if suite:
+        lines += [*both_lines(rows, records), ""]
+    if rows:
+        lines += _patterns_section(rows, meta, "### Our patterns" if suite else "")
+    lines += _suite_lines(rows, records, meta, "###")
+    return "\n".join(lines)
+
+
+def _patterns_section(rows: list[dict], meta: dict, heading: str) -> list[str]:
+    n_patterns = len(patterns_of(rows))
+    effects = ", ".join(f"`{e}`" for e in STOPPING_EFFECTS)
+    lines = [heading, ""] if heading else []
+    lines += [
+        f"{n_patterns} patterns, each "
         "one process of `build/bench/misuse_probe PATTERN` under the allocator: one misuse "
         "(overflow past the requested or the usable size, underflow, use after free, double "
         "free, free of a pointer inside or outside a block, realloc of a freed block) in tiny "
@@ -184,12 +270,10 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str) -> str:
         f"not-caught pattern whose effect is one of {effects} handed out memory the program "
         "did not own.",
         "",
-        *_skipped_lines(meta),
         *counts_lines(rows),
         "",
     ]
     missed = missed_lines(rows)
     if missed:
         lines += [f"Caught by glibc ({REFERENCE}), not by libhakmem:", "", *missed, ""]
-    lines += [legend(), "", *matrix_lines(rows), ""]
-    return "\n".join(lines)
+    return [*lines, legend(), "", *matrix_lines(rows), ""]

@@ -155,14 +155,23 @@ def _ratio(card: Scorecard, path: Path) -> Path:
     return _save(fig, path)
 
 
+MAX_HISTORY_TICKS = 14  # commit labels per panel of history.png; past that, every k-th
+
+
 def _history(card: Scorecard, path: Path) -> Path:
     refreshes = list(dict.fromkeys((r["date"], r["commit"]) for r in card.history))
     ratio = history_ratios(card.history)
     labels = [lbl for lbl in card.labels() if lbl.startswith("hakmem")]
     workloads = [w for w, _ in card.workloads()]
-    fig, axes = plt.subplots(1, max(len(labels), 1), figsize=(12, 4), squeeze=False)
+    # Panels two to a row, and ticks that name the commit alone (* when the tree had
+    # uncommitted changes), slanted and thinned, so a long history never smears them.
+    cols = min(max(len(labels), 1), 2)
+    rows = -(-max(len(labels), 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 3.6 * rows + 0.6), squeeze=False)
     cmap = plt.get_cmap("tab10")
-    ticks = [f"{d[:16].replace('T', ' ')}\n{c[:8]}" for d, c in refreshes]
+    step = max(1, -(-len(refreshes) // MAX_HISTORY_TICKS))
+    shown = range(0, len(refreshes), step)
+    ticks = [refreshes[i][1][:7] + ("*" if "+dirty" in refreshes[i][1] else "") for i in shown]
     for ax, label in zip(axes.flat, labels, strict=False):
         for k, workload in enumerate(workloads):
             points = [
@@ -182,13 +191,18 @@ def _history(card: Scorecard, path: Path) -> Path:
         xs, ys = zip(*geo, strict=True) if geo else ((), ())
         ax.plot(xs, ys, marker="s", linewidth=2.5, color="black", label="geomean")
         _milestone_lines(ax)
-        ax.set_xticks(range(len(refreshes)), ticks, fontsize=7)
+        ax.set_xticks(shown, ticks, fontsize=7, rotation=40, ha="right")
         ax.set_xlim(-0.5, max(len(refreshes) - 0.5, 0.5))
         ax.set_title(label)
         ax.set_ylabel(f"ratio to {card.reference}")
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7, loc="best")
-    fig.suptitle(f"Throughput ratio to {card.reference} over refreshes")
+    for ax in axes.flat[len(labels) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="best", ncol=2)
+    fig.suptitle(
+        f"Throughput ratio to {card.reference} over refreshes (commit measured; "
+        "* = uncommitted changes)"
+    )
     fig.tight_layout()
     return _save(fig, path)
 

@@ -277,3 +277,32 @@ def pairs_to_decide(
         if half * rate(n) / rate_now <= needed:
             return n
     return None
+
+
+def judge_anytime(comparisons: list, threshold_pct: float, *, alpha: float = ALPHA) -> None:
+    """Judge, in place, one family of paired comparisons whose number of pairs a stopping
+    rule chose (the guardrails of a sequential A/B, stopped by its primary): each on the
+    confidence sequence of its log ratios at that n (valid at any stopping time, unlike a
+    fixed-n CI), its anytime p Holm-adjusted across the family, NEUTRAL and the
+    half-threshold bound on the one-sided sequence at alpha / k (``verdict``). ``ci_low``/
+    ``ci_high`` become the two-sided sequence, ``decide_low``/``decide_high`` the one-sided
+    bounds the verdict was decided on (as ratios)."""
+    from hakbench.stats.stats import NO_DATA, holm
+
+    k = max(1, len(comparisons))
+    delta = math.log1p(threshold_pct / 100)
+    looks = []
+    for c in comparisons:
+        logs = [math.log(r) for r in c.ratios if r > 0]
+        looks.append(Sequence_(alpha, one_sided=alpha / k).look(logs) if logs else None)
+    p_holm = holm([lk.p_anytime if lk else math.nan for lk in looks])
+    for c, lk, ph in zip(comparisons, looks, p_holm, strict=True):
+        if lk is None:
+            c.verdict = NO_DATA
+            continue
+        c.p_value, c.p_holm = lk.p_anytime, ph
+        c.ci_low, c.ci_high = (math.exp(x) for x in (lk.low, lk.high))
+        c.decide_low, c.decide_high = (math.exp(x) for x in lk.equivalence())
+        c.verdict = verdict(
+            lk, delta, higher_is_better=c.higher_is_better, p_adjusted=ph, alpha=alpha
+        )

@@ -40,7 +40,8 @@ RULE = (
     "a false NEUTRAL anywhere in the call has probability <= {alpha}/2, as for one "
     "workload); else INCONCLUSIVE (the data cannot tell yet), with the pairs that would "
     "likely decide. Direction: {direction}; lower RSS and page "
-    "faults are better (guardrails are judged by the same rule). Failures are results: a "
+    "faults are better (guardrails are judged by the same rule, as a family of their own). "
+    "Failures are results: a "
     "failed, timed-out, wrong-checksum or wrong-allocator measured sample on one side makes "
     "the verdict FAILED (counts per side, first error); only the same failures on both "
     "sides leave the verdict to the complete pairs, and the report says so."
@@ -213,6 +214,7 @@ class Comparison:
     pairs_needed: int | None = None  # INCONCLUSIVE: the pairs in all that would likely decide
     seconds_needed: float | None = None  # ... and the seconds those still to run would take
     ratios: tuple = field(default=(), repr=False)  # the paired ratios B/A it summarises
+    note: str = ""  # sequential: a drift or load spike found (its stop's reason, or a flag)
 
 
 def compare_paired(
@@ -264,16 +266,28 @@ def neutral_correction(k: int, *, sequential: bool, alpha: float = ALPHA) -> str
     )
 
 
-def judge(comparisons: list[Comparison], threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> None:
-    """Holm across workloads, per metric, then the verdict of each comparison (in place):
-    GO/NO-GO on the Holm-adjusted p and the CI, NEUTRAL on ``equivalence_ci`` with k the
-    comparisons of that metric (Bonferroni). A comparison not judged GO/NO-GO gets the
-    interval NEUTRAL was judged on as ``decide_low``/``decide_high``."""
-    for metric in {c.metric for c in comparisons}:
-        group = [c for c in comparisons if c.metric == metric]
+def judge(
+    comparisons: list[Comparison],
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    *,
+    family=None,
+    alpha: float = ALPHA,
+) -> None:
+    """Holm across each family of comparisons, then the verdict of each comparison (in
+    place): GO/NO-GO on the Holm-adjusted p and the CI, NEUTRAL on ``equivalence_ci`` with k
+    the comparisons of its family (Bonferroni). ``family(c)`` names a comparison's family
+    (default: its metric); ``ab`` passes one family for every primary comparison of the
+    call, whatever metric each workload is judged on, and one for the guardrails. A
+    comparison not judged GO/NO-GO gets the interval NEUTRAL was judged on as
+    ``decide_low``/``decide_high``."""
+    family = family or (lambda c: c.metric)
+    groups: dict = {}
+    for c in comparisons:
+        groups.setdefault(family(c), []).append(c)
+    for group in groups.values():
         for c, ph in zip(group, holm([c.p_value for c in group]), strict=True):
             c.p_holm = ph
-            eq = equivalence_ci(c.ratios, len(group)) if len(c.ratios) else None
+            eq = equivalence_ci(c.ratios, len(group), alpha) if len(c.ratios) else None
             c.verdict = verdict(
                 c.ratio,
                 c.ci_low,
@@ -281,6 +295,7 @@ def judge(comparisons: list[Comparison], threshold_pct: float = DEFAULT_THRESHOL
                 ph,
                 threshold_pct=threshold_pct,
                 higher_is_better=c.higher_is_better,
+                alpha=alpha,
                 equivalence=eq,
             )
             if eq is not None and len(group) > 1 and c.verdict not in (GO, NO_GO):

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hakbench.stats import drift
 from hakbench.stats.layouts import (
     SEQUENTIAL_SHARE,
     layout_floor,
@@ -22,6 +23,9 @@ from hakbench.stats.layouts import (
 )
 from hakbench.stats.sequential import Look, Sequence_, pairs_to_decide, verdict
 from hakbench.stats.stats import ALPHA, DECISIVE, INCONCLUSIVE, holm
+
+# pairs every layout of a side needs before a workload may stop as layout-limited
+LAYOUT_LIMITED_PAIRS = 12
 
 RULE = (
     "Sequential: pairs run in rounds (every running workload once a round, random order "
@@ -37,18 +41,35 @@ RULE = (
     "NEUTRAL anywhere in the call has probability <= {alpha}). The verdict table and the "
     "plot show these one-sided bounds, the interval that decides; summary.csv keeps the "
     "two-sided sequence too (ci_low, ci_high). "
-    "A workload whose looks' intervals no longer overlap (the effect drifted: no single "
-    "change fits its pairs) stops INCONCLUSIVE at once, reason drift, with no promise of "
-    "the pairs that would decide. "
+    "A workload whose looks' intervals no longer overlap, or whose ratio moves steadily with "
+    "the pair order (Spearman, checked at looks 1.5 times apart from 40 pairs on, 1 % over "
+    "all checks: hakbench.stats.drift), stops INCONCLUSIVE at once, reason drift: no single "
+    "change fits its pairs, so no number of pairs is promised. The other processes' load is "
+    "read after every round; when the pairs run during a load spike (0.75 of a core above "
+    "the call's quiet level) have another ratio than the rest (rank sum), the workload stops "
+    "INCONCLUSIVE, reason load spike (the change depends on the load), and likewise, while "
+    "undecided, when their spread is 3 times the rest's; a spike that moved neither is noted "
+    "beside the verdict. "
     "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
-    "Guardrails (RSS, page faults) are judged once, at the stop, by the fixed-count rule."
+    "Guardrails (RSS, page faults) are judged once, at the stop, on confidence sequences of "
+    "the same kind (their number of pairs was chosen by the primary's stop, which a fixed-n "
+    "CI would not allow for)."
 )
 LAYOUT_RULE = (
     "Code layouts ({k_a} of A, {k_b} of B): each pair drew one layout a side (every "
     "combination once per block, shuffled); every interval above is the hull of the plain one "
     "and a random-effects interval from the layout medians (hakbench.stats.layouts), so the "
-    "verdict holds for the change averaged over layouts, not for the ones drawn."
+    "verdict holds for the change averaged over layouts, not for the ones drawn, and an "
+    "effect within the layouts' spread is never GO/NO-GO. A sequential workload stops "
+    "INCONCLUSIVE, reason layout-limited, as soon as the layouts' floor alone (the part of "
+    "the interval no number of pairs narrows, once every layout has {min_pairs} pairs) is "
+    "as wide as what is left to decide: more layouts, not more pairs, could decide it. The "
+    "random-effects interval is a fixed-n t-interval, not anytime-valid like the sequence: a "
+    "sequential look takes it at {share} of its one-sided level, a share calibrated by "
+    "simulating whole sequential calls (A/A between codes of 4 layouts a side, layout "
+    "effects of 0.7 %: GO/NO-GO in at most 5 % of calls; tests/test_layouts_stats.py, "
+    'docs/measuring.md "Code layout").'
 )
 
 
@@ -71,6 +92,9 @@ class Stop:
     widened: Look | None = None  # the last look with the layout spread in (--layouts)
     floor: float = math.nan  # the layout floor of the one-sided bounds (log units)
     more_layouts: bool = False  # INCONCLUSIVE and only more layouts could decide
+    rounds: list = field(default_factory=list)  # the round of each logged pair
+    checked: int = 0  # the pairs at the last drift / load-spike check (hakbench.stats.drift)
+    note: str = ""  # what a drift or load-spike check found (a stop's reason, or a flag)
 
     @property
     def look(self) -> Look | None:
@@ -114,6 +138,8 @@ class Stopper:
         }
         self.t0 = clock()
         self.k_a, self.k_b = layouts  # code layouts a side (hakbench.stats.layouts)
+        # per round: (wall s, other processes' CPU s), cumulative (end_round's ``load``)
+        self.readings: list = []
 
     def running(self) -> list:
         return [w for w, s in self.stops.items() if s.reason is None]
@@ -140,6 +166,7 @@ class Stopper:
             s.failed += 1
         else:
             s.logs.append(log_ratio)
+            s.rounds.append(len(self.readings))
             s.layout_a.append(layouts[0])
             s.layout_b.append(layouts[1])
 
@@ -165,8 +192,30 @@ class Stopper:
         s.reason = reason
         s.verdict = verdict or s.verdict
 
-    def end_round(self) -> list:
-        """Look at every running workload; returns the ones still running."""
+    def _check(self, s: Stop) -> drift.Finding | None:
+        """A gradual drift or a load spike in ``s``'s pairs, at the looks ``drift.check_due``
+        names (the last finding stays in ``s.note``)."""
+        n = len(s.logs)
+        if not drift.check_due(n, s.checked):
+            return None
+        s.checked = n
+        found = None
+        if self.readings:  # the more specific cause first: a spike also looks like a drift
+            loads = drift.load_per_round(self.readings)
+            per_pair = [loads[r] if r < len(loads) else math.nan for r in s.rounds]
+            found = drift.load_spike(s.logs, per_pair)
+        if found is None or not found.stops:
+            found = drift.gradual_drift(s.logs) or found
+        if found is not None:
+            s.note = found.text
+        return found
+
+    def end_round(self, load: tuple[float, float] | None = None) -> list:
+        """Look at every running workload; returns the ones still running. ``load``: (wall
+        seconds, other processes' CPU seconds) read now, cumulative, for the load-spike
+        check of the pairs of this round."""
+        if load is not None:
+            self.readings.append(load)
         for s in self.stops.values():
             if (
                 s.reason is None
@@ -187,7 +236,10 @@ class Stopper:
                 p_adjusted=p,
                 alpha=self.alpha,
             )
-            if s.verdict in DECISIVE:
+            found = self._check(s)
+            if found is not None and found.stops and (found.overrides or s.verdict not in DECISIVE):
+                s.verdict, s.reason = INCONCLUSIVE, found.reason
+            elif s.verdict in DECISIVE:
                 s.reason = "decided"
             elif s.look.drift:  # no single change fits the looks: more will not decide
                 s.reason = "drift"
@@ -197,14 +249,31 @@ class Stopper:
                 self.stop(w, "budget")
         for s in self.stops.values():
             s.pairs_needed, s.more_layouts = None, False
-            if s.verdict == INCONCLUSIVE and s.state.last is not None and not s.state.last.drift:
+            no_promise = s.reason in ("drift", "load spike") or (
+                s.state.last is not None and s.state.last.drift
+            )
+            if s.verdict == INCONCLUSIVE and s.state.last is not None and not no_promise:
                 if self.layered:  # the plain look, less the floor no pairs narrow
                     s.pairs_needed, s.more_layouts = pairs_with_floor(
                         s.state.last, self.delta, s.floor, self.one_sided
                     )
                 else:
                     s.pairs_needed = pairs_to_decide(s.state.last, self.delta, self.one_sided)
+        for w in self.running():  # only more layouts could decide: no pair is spent on it
+            if self.stops[w].more_layouts and self._layouts_known(self.stops[w]):
+                self.stop(w, "layout-limited")
         return self.running()
+
+    def _layouts_known(self, s: Stop) -> bool:
+        """Whether every layout of a side with several has LAYOUT_LIMITED_PAIRS pairs: a
+        floor estimated from fewer is too rough to stop on."""
+        from collections import Counter
+
+        for k, drawn in ((self.k_a, s.layout_a), (self.k_b, s.layout_b)):
+            counts = Counter(drawn)
+            if k > 1 and min(counts.get(i, 0) for i in range(k)) < LAYOUT_LIMITED_PAIRS:
+                return False
+        return True
 
     def seconds_needed(self, workload: str) -> float | None:
         """The seconds the pairs still needed would likely take, at this workload's pace."""

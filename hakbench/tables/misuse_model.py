@@ -241,6 +241,12 @@ def row_of(record: dict) -> dict:
     }
 
 
+def pattern_records(records: list[dict]) -> list[dict]:
+    """The records of our own patterns: a run that also ran the suite's probes
+    (``hakbench.tables.misuse_suite_model``) stores theirs beside them, with a ``set``."""
+    return [r for r in records if r.get("set", "patterns") == "patterns"]
+
+
 def rows_of(records: list[dict]) -> list[dict]:
     """One row per allocator and pattern, in the records' order. A pattern run more than
     once (``hakbench misuse --runs``: address-space randomisation decides some outcomes,
@@ -263,9 +269,10 @@ def rows_of(records: list[dict]) -> list[dict]:
     return rows
 
 
-def rows_csv(rows: list[dict]) -> str:
+def rows_csv(rows: list[dict], fields: tuple[str, ...] = CSV_FIELDS) -> str:
+    """The tidy table of ``rows`` (``fields``: its columns; the suite's probes have theirs)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n", extrasaction="ignore")
+    w = csv.DictWriter(buf, fields, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()

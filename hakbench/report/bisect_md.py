@@ -1,0 +1,87 @@
+"""report.md of ``hakbench bisect``: the range, how commits were judged, each step with its
+verdict, the commits skipped and the commit found (and whether its parent confirmed it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hakbench.engine.store import write_text
+
+
+def _short(sha: str | None) -> str:
+    return (sha or "-")[:12]
+
+
+def bisect_lines(result) -> list[str]:
+    spec, n = result.spec, len(result.commits)
+    subject = result.subjects.get
+    lines = [
+        f"# bisect: {spec.workload}, {spec.good} (good) .. {spec.bad} (bad)",
+        "",
+        f"Range: {n} commits after `{spec.good}` up to `{spec.bad}` along the first parents; "
+        f"profile {spec.profile}, threshold {spec.threshold_pct:g} %.",
+        "",
+    ]
+    if result.how == "instructions":
+        lines += [
+            "Judged on exact instruction counts (callgrind Ir per op, one count per commit): "
+            "the bad revision needs at least the threshold more than the good one, and a "
+            "commit is bad when it has at least half of that change. No error rate: a count "
+            "does not vary.",
+            "",
+        ]
+    elif result.how == "timed":
+        lines += [
+            "Judged by paired sequential A/Bs (`hakbench ab` between two revisions, code "
+            f"layouts drawn on both sides): the error rate over all steps is held at "
+            f"{spec.alpha:g} by Bonferroni, each step at {spec.alpha:g}/{result.max_steps} = "
+            f"{result.alpha_step:.4f} (at most {result.max_steps} steps for {n} commits). "
+            "The range is confirmed first (good against bad, NO-GO), each probe is the commit "
+            "against the good revision at half the confirmed regression (NO-GO: bad, "
+            "NEUTRAL: good, else undecided and skipped), the commit found against its parent.",
+            "",
+        ]
+    if result.found:
+        state = "confirmed" if result.confirmed else "NOT confirmed"
+        lines += [
+            f"**First bad commit: `{_short(result.found)}` {subject(result.found, '')}** "
+            f"({state} against its parent).",
+            "",
+        ]
+    elif result.candidates:
+        lines += ["**The first bad commit is one of:**", ""]
+        lines += [f"- `{_short(c)}` {subject(c, '')}" for c in result.candidates] + [""]
+    if result.message:
+        lines += [f"Note: {result.message}.", ""]
+    if result.interrupted:
+        lines += [
+            f"**Interrupted**: `hakbench bisect --resume {result.out}` finishes the search "
+            "from the steps that finished.",
+            "",
+        ]
+    probes = result.probes
+    lines += [
+        f"Commits judged: {probes} (a linear scan of the range would judge up to {n + 1}).",
+        "",
+        "## Steps",
+        "",
+        "| # | step | commit | against | verdict | classified | detail |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, s in enumerate(result.steps, 1):
+        commit = f"`{_short(s.commit)}` {subject(s.commit, '')}"
+        lines.append(
+            f"| {i} | {s.kind} | {commit} | {_short(s.against) if s.against else '-'} | "
+            f"{s.verdict} | {s.classified or '-'} | {s.detail}"
+            + (f" ([run](steps/{Path(s.out).name}/report.md))" if s.out else "")
+            + " |"
+        )
+    skipped = [s for s in result.steps if s.verdict == "build failed"]
+    if skipped:
+        lines += ["", "## Skipped (did not build)", ""]
+        lines += [f"- `{_short(s.commit)}`: {s.detail}" for s in skipped]
+    return [*lines, ""]
+
+
+def write_bisect_report(result, path: Path) -> Path:
+    return write_text(path, "\n".join(bisect_lines(result)))
