@@ -33,12 +33,10 @@ C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness
 
 .PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc
 
-setup: $(VENV)/.setup-stamp
-	@bash scripts/setup.sh system
-
-$(VENV)/.setup-stamp: pyproject.toml scripts/setup.sh
-	@bash scripts/setup.sh venv
-	@touch $@
+# system packages first (python3-venv among them), then .venv (made again when an interrupted
+# or failed run left it half-made), then actionlint: scripts/setup.sh
+setup:
+	@bash scripts/setup.sh
 
 build: allocator harness pgo
 
