@@ -31,7 +31,7 @@ HAKBENCH := $(VENV)/bin/hakbench
 C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.cc allocator/tests/*.h \
     hakbench/native/*.c
 
-.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc
+.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc test-slurm fresh-debian
 
 # system packages first (python3-venv among them), then .venv (made again when an interrupted
 # or failed run left it half-made), then actionlint: scripts/setup.sh
@@ -58,6 +58,14 @@ test-c: test-allocator
 
 test-py: setup build
 	$(VPY) -m pytest -q -n 2 --dist loadgroup tests
+
+# .ci/run, after make test: a sharded matrix as a Slurm array job on a one-node cluster of
+# this machine (tests/test_slurm.py), and make demo + make test on a fresh Debian 12 chroot
+test-slurm: setup build
+	$(VPY) -m pytest -q --slurm tests/test_slurm.py
+
+fresh-debian:
+	bash scripts/fresh_debian.sh
 
 lint: setup
 	$(VENV)/bin/ruff check hakbench tests

@@ -89,7 +89,7 @@ mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
 # built there: its workflow check may skip (the host's make test runs it).
 envs=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
       TERM=dumb DEBIAN_FRONTEND=noninteractive CI=true HAKBENCH_MISSING_OK=actionlint)
-while IFS= read -r v; do envs+=("$v"); done < <(env | grep '^PIP_' || true)
+while IFS= read -r v; do envs+=("$v"); done < <(env | grep '^PIP_' | grep -v '^PIP_FIND_LINKS=' || true)
 inside() { chroot "$root" /usr/bin/env -i "${envs[@]}" bash -c "$1"; }
 
 say "apt-get install git make python3 (nothing else)"
@@ -97,7 +97,7 @@ inside 'apt-get update -q >/dev/null && apt-get install -y -q git make python3 >
 
 say "clone of $(git -C "$repo" rev-parse --short HEAD)"
 git -C "$repo" bundle create "$root/tmp/lab.bundle" HEAD >/dev/null 2>&1
-inside "git clone -q /tmp/lab.bundle $lab && git -C $lab log --oneline -1"
+inside "git -c advice.detachedHead=false clone -q /tmp/lab.bundle $lab && git -C $lab log --oneline -1"
 
 interrupt_setup() {  # interrupt_setup WHAT TEST: make setup, Ctrl-C at the first moment TEST holds
     local what=$1 test=$2 pid deadline=$((SECONDS + 1800))
@@ -119,7 +119,7 @@ interrupt_setup() {  # interrupt_setup WHAT TEST: make setup, Ctrl-C at the firs
 unpacking() {  # dpkg unpacking packages inside the chroot
     local p
     for p in $(chroot_pids); do
-        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q '^dpkg .*--unpack' && return 0
+        tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -Eq '^(/usr/bin/)?dpkg .*--unpack' && return 0
     done
     return 1
 }

@@ -70,6 +70,12 @@ system() {
     if [ -z "$(find "$lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
         apt-get update -q >"$log" 2>&1 || { cat "$log" >&2; die "apt-get update failed"; }
     fi
+    local unknown=() p
+    for p in "${missing[@]}"; do
+        apt-cache show --no-all-versions "$p" >/dev/null 2>&1 || unknown+=("$p")
+    done
+    [ ${#unknown[@]} -eq 0 ] ||
+        die "apt-get install failed: no package named ${unknown[*]} in this machine's apt sources (updated within a day); nothing installed"
     if ! apt_install "$log" "${missing[@]}"; then
         # stale package lists are the usual cause: update once and try again
         apt-get update -q >>"$log" 2>&1 || true

@@ -33,12 +33,34 @@ def skip_fails_in_ci(reason: str) -> bool:
     return not any(re.search(rf"\b{re.escape(t)}\b", reason) for t in allowed)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slurm",
+        action="store_true",
+        help="run the tests marked slurm (a one-node Slurm cluster; make test-slurm)",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slurm: needs a Slurm cluster of its own (--slurm)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slurm run with --slurm only (and then only they): left out, not skipped."""
+    want = config.getoption("--slurm")
+    kept = [i for i in items if (i.get_closest_marker("slurm") is not None) == want]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if not (report.skipped and in_ci()) or hasattr(report, "wasxfail"):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    reason = reason.removeprefix("Skipped: ")
     if skip_fails_in_ci(reason):
         report.outcome = "failed"
         report.longrepr = (

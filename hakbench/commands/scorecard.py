@@ -36,13 +36,20 @@ from hakbench.experiments import scorecard, scorecard_refresh
     type=click.Path(dir_okay=False, path_type=Path),
     help="with --refresh: matrix file (default profiles/matrices/scorecard.toml)",
 )
+@click.option(
+    "--from",
+    "from_run",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="with --refresh: store this finished run of the scorecard matrix instead of running "
+    "it (e.g. `hakbench merge` of its shards)",
+)
 @click.option("--check", is_flag=True, help="exit 1 with a diff when committed files are stale")
 @click.option(
     "--results",
     type=click.Path(file_okay=False, path_type=Path),
     help="results directory (default: results/)",
 )
-def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, results):
+def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, from_run, check, results):
     """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
     stored in results/scorecard/ (and, for the applications-and-stress section,
     results/scorecard-apps/) alone.
@@ -56,8 +63,10 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
     results = results or paths.results_dir()
     if check and refresh:
         raise UsageError("--check compares the committed files; it does not refresh")
-    if not refresh and (quick or runs or matrix_file or apps or misuse):
-        raise UsageError("--quick, --runs, --matrix, --apps and --misuse go with --refresh")
+    if not refresh and (quick or runs or matrix_file or apps or misuse or from_run):
+        raise UsageError("--quick, --runs, --matrix, --apps, --misuse and --from go with --refresh")
+    if from_run and (quick or runs or apps or misuse):
+        raise UsageError("--from stores a finished run: no --quick, --runs, --apps, --misuse")
     if misuse and (quick or runs or matrix_file or apps):
         raise UsageError(
             "--misuse runs the probes, not a matrix: no --quick, --runs, --matrix, --apps"
@@ -78,7 +87,9 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
     if refresh:
         started = time.monotonic()
         try:
-            if misuse:
+            if from_run:
+                run_dir = scorecard_refresh.adopt_finished(from_run, results, matrix=matrix_file)
+            elif misuse:
                 run_dir = scorecard_refresh.refresh_misuse(results, command=command_line())
             else:
                 run_dir = scorecard_refresh.refresh(
@@ -92,7 +103,10 @@ def scorecard_cmd(refresh, quick, apps, misuse, runs, matrix_file, check, result
                 )
         except KeyboardInterrupt:
             interrupts.exit_stopped("the stored scorecard was left as it was")
-        click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
+        if from_run:
+            click.echo(f"stored the samples of {run_dir}")
+        else:
+            click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
     else:
         scorecard.render(results)
     click.echo(f"wrote {results / scorecard.MD_NAME} and the files beside it")
