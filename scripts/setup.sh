@@ -15,11 +15,12 @@ ACTIONLINT_VERSION=v1.7.12
 PKGS=(gcc make python3-venv linux-perf valgrind strace clang-format git perl sqlite3
       g++ libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 libtbbmalloc2 time
       python3 lua5.4 redis-server redis-tools ghostscript z3
-      cmake chromium
+      cmake chromium shellcheck
       debootstrap slurm-wlm munge)
 # second line: the programs of the `apps` command workloads (profiles/workloads.toml);
-# third: the public suite's build and the dashboard's browser tests; last: .ci/run's
-# fresh-Debian check (scripts/fresh_debian.sh) and its Slurm cluster (make test-slurm)
+# third: the public suite's build, the dashboard's browser tests, actionlint's check of the
+# workflows' shell steps; last: .ci/run's fresh-Debian check (scripts/fresh_debian.sh) and
+# its Slurm cluster (make test-slurm)
 if [ -n "${SETUP_PACKAGES:-}" ]; then read -r -a PKGS <<<"$SETUP_PACKAGES"; fi
 
 die() {
