@@ -78,8 +78,10 @@ system() {
     [ ${#unknown[@]} -eq 0 ] ||
         die "apt-get install failed: no package named ${unknown[*]} in this machine's apt sources (updated within a day); nothing installed"
     if ! apt_install "$log" "${missing[@]}"; then
-        # stale package lists are the usual cause: update once and try again
+        # stale package lists, or packages an interrupted run left half-installed: update,
+        # let apt repair what it can, and try once more
         apt-get update -q >>"$log" 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get -f install -y -q >>"$log" 2>&1 || true
         if ! apt_install "$log" "${missing[@]}"; then
             tail -n 15 "$log" >&2
             rm -f "$log"
