@@ -91,7 +91,7 @@ system() {
     fi
     rm -f "$log"
     mapfile -t missing < <(missing_packages)
-    [ ${#missing[@]} -eq 0 ] || die "apt-get succeeded but these are still not installed: ${missing[*]}"
+    [ ${#missing[@]} -eq 0 ] || die "apt-get install ended without an error (interrupted?), but these are not installed: ${missing[*]}"
 }
 
 pyversion() {  # pyversion PYTHON -> "3.11"
