@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, skip_fails_in_ci
@@ -14,8 +16,8 @@ from conftest import REPO_ROOT, skip_fails_in_ci
 SETUP = REPO_ROOT / "scripts" / "setup.sh"
 
 
-def setup(*args, env=None, user=None):
-    cmd = ["bash", str(SETUP), *args]
+def setup(*args, env=None, user=None, script=SETUP):
+    cmd = ["bash", str(script), *args]
     if user:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     return subprocess.run(
@@ -61,10 +63,16 @@ def test_a_package_apt_cannot_install_is_an_error_naming_it():
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to the user nobody needs root")
 def test_without_root_missing_packages_stop_setup_unless_allowed():
     env = {"SETUP_PACKAGES": "make hakmem-no-such-package"}
-    r = setup("system", env=env, user=65534)
-    assert r.returncode == 1
-    assert "apt-get install -y hakmem-no-such-package" in r.stderr
-    r = setup("system", env=dict(env, SETUP_ALLOW_MISSING="1"), user=65534)
+    with tempfile.TemporaryDirectory() as d:  # a copy the user can read (/root is 0700)
+        script = Path(d) / "scripts" / "setup.sh"
+        script.parent.mkdir()
+        shutil.copy(SETUP, script)
+        os.chmod(d, 0o755)
+        os.chmod(script.parent, 0o755)
+        r = setup("system", env=env, user=65534, script=script)
+        assert r.returncode == 1, r.stderr
+        assert "apt-get install -y hakmem-no-such-package" in r.stderr
+        r = setup("system", env=dict(env, SETUP_ALLOW_MISSING="1"), user=65534, script=script)
     assert r.returncode == 0 and "going on without hakmem-no-such-package" in r.stderr
 
 
