@@ -169,7 +169,7 @@ tools() {  # actionlint (workflow lint, tests/test_workflows.py) into $VENV/bin,
         return 0
     fi
     echo "setup: building actionlint $ACTIONLINT_VERSION with $go"
-    GOBIN="$PWD/$VENV/bin" GOFLAGS=-modcacherw "$go" install \
+    GOBIN="$(realpath "$VENV/bin")" GOFLAGS=-modcacherw "$go" install \
         "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ||
         die "go install actionlint@$ACTIONLINT_VERSION failed"
 }
