@@ -31,7 +31,7 @@ HAKBENCH := $(VENV)/bin/hakbench
 C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.cc allocator/tests/*.h \
     hakbench/native/*.c
 
-.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc suites
+.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc suites test-slurm fresh-debian
 
 # mimalloc-bench for `-w @mimalloc-bench` (docs/suites.md): the checkout hakbench finds
 # ($$HAKBENCH_MIMALLOC_BENCH, else a clone at the pinned commit into build/suites/src/,
@@ -39,12 +39,10 @@ C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness
 suites: setup
 	@$(VPY) -m hakbench.core.suites $(MIMALLOC_BENCH_URL)
 
-setup: $(VENV)/.setup-stamp
-	@bash scripts/setup.sh system
-
-$(VENV)/.setup-stamp: pyproject.toml scripts/setup.sh
-	@bash scripts/setup.sh venv
-	@touch $@
+# system packages first (python3-venv among them), then .venv (made again when an interrupted
+# or failed run left it half-made), then actionlint: scripts/setup.sh
+setup:
+	@bash scripts/setup.sh
 
 build: allocator harness pgo
 
@@ -66,6 +64,14 @@ test-c: test-allocator
 
 test-py: setup build
 	$(VPY) -m pytest -q -n 2 --dist loadgroup tests
+
+# .ci/run, after make test: a sharded matrix as a Slurm array job on a one-node cluster of
+# this machine (tests/test_slurm.py), and make demo + make test on a fresh Debian 12 chroot
+test-slurm: setup build
+	$(VPY) -m pytest -q --slurm tests/test_slurm.py
+
+fresh-debian:
+	bash scripts/fresh_debian.sh
 
 lint: setup
 	$(VENV)/bin/ruff check hakbench tests

@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import CHANCE, REPO_ROOT
 from test_engine import _complete_lines, _hakbench, _refused_elsewhere
 
 from hakbench.core import paths
@@ -108,7 +108,7 @@ def test_a_gate_stopped_among_its_counts_keeps_them_and_resume_passes(sig, scrat
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:
-        pytest.skip("the gate finished before the signal")  # too quick a machine
+        pytest.skip(CHANCE + "the gate finished before the signal")  # too quick a machine
     assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), stderr
     assert (run / "samples.jsonl").read_text().startswith(before)  # nothing stored is lost
     kept = len(read_jsonl(run / "samples.jsonl"))
@@ -169,7 +169,7 @@ def test_a_stopped_hotspots_records_again_on_resume_and_a_finished_one_does_not(
     _, stderr = proc.communicate(timeout=60)
     stderr = stderr.decode()
     if proc.returncode == 0:
-        pytest.skip("perf finished before the signal")
+        pytest.skip(CHANCE + "perf finished before the signal")
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert f"continue with: hakbench hotspots --resume {out}" in stderr
     assert not (out / "samples.jsonl").exists()  # a cut recording is not a sample
@@ -202,7 +202,7 @@ def test_a_stopped_misuse_run_keeps_its_probes_and_resume_completes(sig, scratch
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:
-        pytest.skip("the run finished before the signal")
+        pytest.skip(CHANCE + "the run finished before the signal")
     assert proc.returncode == (-9 if sig == signal.SIGKILL else 128 + sig), stderr
     assert (out / "probes.jsonl").read_text().startswith(before)
     if sig == signal.SIGTERM:  # the report of what finished

@@ -50,6 +50,13 @@ from hakbench.experiments import scorecard, scorecard_refresh
     type=click.Path(dir_okay=False, path_type=Path),
     help="with --refresh: matrix file (default profiles/matrices/scorecard.toml)",
 )
+@click.option(
+    "--from",
+    "from_run",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="with --refresh: store this finished run of the scorecard matrix instead of running "
+    "it (e.g. `hakbench merge` of its shards)",
+)
 @click.option("--check", is_flag=True, help="exit 1 with a diff when committed files are stale")
 @click.option(
     "--results",
@@ -57,7 +64,7 @@ from hakbench.experiments import scorecard, scorecard_refresh
     help="results directory (default: results/)",
 )
 def scorecard_cmd(
-    refresh, quick, apps, suite, allocators, misuse, runs, matrix_file, check, results
+    refresh, quick, apps, suite, allocators, misuse, runs, matrix_file, from_run, check, results
 ):
     """Rebuild results/scorecard.csv, SCORECARD.md, history.csv and plots/ from the samples
     stored in results/scorecard/ (and, for the applications-and-stress section,
@@ -73,9 +80,15 @@ def scorecard_cmd(
     results = results or paths.results_dir()
     if check and refresh:
         raise UsageError("--check compares the committed files; it does not refresh")
-    if not refresh and (quick or runs or matrix_file or apps or misuse or suite or allocators):
+    if not refresh and (
+        quick or runs or matrix_file or apps or misuse or suite or allocators or from_run
+    ):
         raise UsageError(
-            "--quick, --runs, --matrix, --apps, --suite, -a and --misuse go with --refresh"
+            "--quick, --runs, --matrix, --apps, --suite, -a, --misuse and --from go with --refresh"
+        )
+    if from_run and (quick or runs or apps or misuse or suite or allocators):
+        raise UsageError(
+            "--from stores a finished run: no --quick, --runs, --apps, --misuse, --suite, -a"
         )
     if apps and suite:
         raise UsageError("--apps and --suite are two sections: refresh one at a time")
@@ -100,7 +113,9 @@ def scorecard_cmd(
     if refresh:
         started = time.monotonic()
         try:
-            if misuse:
+            if from_run:
+                run_dir = scorecard_refresh.adopt_finished(from_run, results, matrix=matrix_file)
+            elif misuse:
                 run_dir = scorecard_refresh.refresh_misuse(results, command=command_line())
             else:
                 run_dir = scorecard_refresh.refresh(
@@ -116,7 +131,10 @@ def scorecard_cmd(
                 )
         except KeyboardInterrupt:
             interrupts.exit_stopped("the stored scorecard was left as it was")
-        click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
+        if from_run:
+            click.echo(f"stored the samples of {run_dir}")
+        else:
+            click.echo(f"measured in {time.monotonic() - started:.0f} s; full run in {run_dir}")
     else:
         scorecard.render(results)
     click.echo(f"wrote {results / scorecard.MD_NAME} and the files beside it")

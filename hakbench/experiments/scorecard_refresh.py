@@ -10,7 +10,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from hakbench.core.errors import MeasurementError
+from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.engine.store import load_samples, read_json, write_json, write_jsonl
 from hakbench.experiments.matrix import run_matrix
 from hakbench.experiments.matrix_spec import load_matrix
@@ -147,6 +147,14 @@ def refresh(
             f"no cell of the scorecard succeeded ({'; '.join(reasons)[:300]}); "
             f"stored scorecard left as it was; samples in {run_dir}"
         )
+    return adopt(run_dir, results, quick=quick, apps=apps, suite=suite)
+
+
+def adopt(
+    run_dir: Path, results: Path, *, quick: bool = False, apps: bool = False, suite: bool = False
+) -> Path:
+    """Store a finished run of the scorecard matrix (the one ``refresh`` just made, or
+    ``hakbench merge`` of its shards run on several machines), append history, regenerate."""
     extra = {"quick": quick, "full_run": str(run_dir.name)}
     if apps or suite:
         name = APPS_STORED_DIR if apps else SUITE_STORED_DIR
@@ -162,6 +170,24 @@ def refresh(
     history_file.write_text((existing or ",".join(HISTORY_FIELDS) + "\n") + new_rows)
     render(results)
     return run_dir
+
+
+def adopt_finished(run_dir: Path, results: Path, *, matrix: Path | None = None) -> Path:
+    """``scorecard --refresh --from DIR``: check that DIR holds a whole, finished run of the
+    scorecard matrix (e.g. merged from its shards), then ``adopt`` it."""
+    spec = load_matrix(matrix or default_matrix())
+    if not (run_dir / "meta.json").exists():
+        raise UsageError(f"{run_dir}: no meta.json (not a matrix run directory)")
+    meta = read_json(run_dir / "meta.json")
+    name = (meta.get("matrix") or {}).get("name")
+    if meta.get("kind") != "matrix" or name != spec.name:
+        raise UsageError(f"{run_dir} is not a run of the {spec.name} matrix (it ran {name!r})")
+    shard = meta.get("shard")
+    if isinstance(shard, dict) and shard.get("n", 1) > 1 and "merged_from" not in meta:
+        raise UsageError(f"{run_dir} is one shard; `hakbench merge` all of them first")
+    if meta.get("interrupted"):
+        raise UsageError(f"{run_dir} was interrupted; finish it with --resume first")
+    return adopt(run_dir, results)
 
 
 def refresh_misuse(results: Path, *, command=None) -> Path:

@@ -1,0 +1,141 @@
+"""The sharded matrix on a real Slurm cluster (`make test-slurm`, run by .ci/run; pytest
+--slurm): a one-node cluster of Debian's munge and slurm-wlm (scripts/slurm/cluster.sh)
+runs the recipe of docs/hakbench-internals.md, scripts/slurm/shard.sbatch as an array job
+and merge.sbatch after it, and the merged run must be the run one machine makes: the same
+cells and columns, equal instruction counts, overlapping timing intervals, one machine."""
+
+import csv
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+from conftest import REPO_ROOT
+
+from hakbench.experiments.shard import MACHINE
+
+pytestmark = pytest.mark.slurm
+
+CLUSTER = REPO_ROOT / "scripts" / "slurm" / "cluster.sh"
+SHARD = REPO_ROOT / "scripts" / "slurm" / "shard.sbatch"
+MERGE = REPO_ROOT / "scripts" / "slurm" / "merge.sbatch"
+HAKBENCH = REPO_ROOT / ".venv" / "bin" / "hakbench"
+
+# 6 cells, a few seconds each: two comparison groups (one per workload), so two shards
+SMALL = """
+name = "slurm_small"
+description = "a few seconds of cells for the Slurm test"
+runs = 5
+warmup = 0
+seed = 5
+instructions = true
+reference = { allocator = "system" }
+[axes]
+allocator = ["hakmem", "system"]
+profile = ["C7_SAFE", "BALANCED"]
+workload = ["mixed_short", "tiny_hot_short"]
+"""
+SHARDS = 2
+WAIT_S = 600
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(env with SLURM_CONF, state dir) of a running one-node cluster; stopped after."""
+    state = tmp_path_factory.mktemp("slurm")
+    try:
+        r = subprocess.run(
+            ["bash", str(CLUSTER), "start", str(state)], capture_output=True, text=True, timeout=180
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield dict(os.environ, SLURM_CONF=str(state / "slurm.conf")), state
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=60)
+
+
+def slurm(env, *args) -> str:
+    r = subprocess.run(args, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{args}: {r.stderr}"
+    return r.stdout.strip()
+
+
+def jobs_of(env, job_id: str) -> list[dict]:
+    """scontrol's records of a job (one per array task): key=value fields."""
+    out = slurm(env, "scontrol", "-o", "show", "job", job_id)
+    return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in out.splitlines()]
+
+
+def wait_for(env, job_ids, deadline) -> None:
+    while slurm(env, "squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"):
+        assert time.monotonic() < deadline, slurm(env, "squeue", "-j", ",".join(job_ids))
+        time.sleep(1)
+
+
+def summary(run) -> tuple[list[str], dict]:
+    with open(run / "summary.csv") as f:
+        reader = csv.DictReader(f)
+        return reader.fieldnames, {(r["cell"], r["metric"]): r for r in reader}
+
+
+def overlap(a: dict, b: dict, low: str, high: str) -> bool:
+    return float(a[low]) <= float(b[high]) and float(b[low]) <= float(a[high])
+
+
+def test_array_job_of_shards_merges_into_the_unsharded_run(cluster, tmp_path):
+    env, state = cluster
+    matrix = tmp_path / "small.toml"
+    matrix.write_text(SMALL)
+    whole = tmp_path / "whole"
+    r = subprocess.run(
+        [str(HAKBENCH), "matrix", str(matrix), "--out", str(whole)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    shards, merged = tmp_path / "shards", tmp_path / "merged"
+    array = slurm(
+        env, "sbatch", "--parsable", f"--array=1-{SHARDS}", f"--output={tmp_path}/shard-%a.out",
+        str(SHARD), str(matrix), str(shards),
+    )  # fmt: skip
+    merge = slurm(
+        env, "sbatch", "--parsable", f"--dependency=afterok:{array}",
+        f"--output={tmp_path}/merge.out", str(MERGE), str(shards), str(merged),
+    )  # fmt: skip
+    wait_for(env, [array, merge], time.monotonic() + WAIT_S)
+
+    logs = "".join(p.read_text() for p in sorted(tmp_path.glob("*.out")))
+    tasks = [j for j in jobs_of(env, array) if j.get("ArrayTaskId")]
+    assert sorted(t["ArrayTaskId"] for t in tasks) == [str(k) for k in range(1, SHARDS + 1)]
+    assert all(t["JobState"] == "COMPLETED" for t in tasks), (tasks, logs)
+    assert jobs_of(env, merge)[0]["JobState"] == "COMPLETED", logs
+    # --exclusive on this 2-core node: one task at a time
+    spans = sorted((t["StartTime"], t["EndTime"]) for t in tasks)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False)), spans
+
+    whole_meta = json.loads((whole / "meta.json").read_text())
+    merged_meta = json.loads((merged / "meta.json").read_text())
+    assert merged_meta["cells"] == whole_meta["cells"]
+    assert [m["k"] for m in merged_meta["merged_from"]] == list(range(1, SHARDS + 1))
+    assert merged_meta["merge_notes"] == []  # one machine
+    for k in range(1, SHARDS + 1):  # every shard ran on the machine of the unsharded run
+        shard_meta = json.loads((shards / str(k) / "meta.json").read_text())
+        assert {m: shard_meta.get(m) for m in MACHINE} == {m: whole_meta.get(m) for m in MACHINE}
+
+    columns, rows = summary(merged)
+    whole_columns, whole_rows = summary(whole)
+    assert columns == whole_columns and rows.keys() == whole_rows.keys()
+    ir = [key for key in rows if key[1] == "ir_per_op"]
+    assert len(ir) == 6
+    for key, row in rows.items():
+        other = whole_rows[key]
+        for col in ("status", "n", "n_failed", "reference", "n_pairs"):
+            assert row[col] == other[col], (key, col)
+        if key[1] == "ir_per_op":  # exact counts: equal
+            assert (row["median"], row["ratio"]) == (other["median"], other["ratio"]), key
+        else:  # timings: within each other's 95 % intervals
+            assert overlap(row, other, "ci_low", "ci_high"), (key, row, other)
