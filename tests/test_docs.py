@@ -104,7 +104,7 @@ def test_detector_sees_a_dated_log():
     ]:
         assert dated_lines(log), log
     for manual in [
-        "`make test` takes 5-6 minutes ([timings](docs/notebook/2026-11-26-readme-measurements.md)).",
+        "`make test` takes 5-6 minutes ([timings](docs/notebook/2026-11-26-readme.md)).",
         "reports in `results/calibration/sequential-2026-11-24/`",
     ]:
         assert not dated_lines(manual), manual
