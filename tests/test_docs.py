@@ -28,7 +28,7 @@ DATED = [
     (re.compile(r"\b20\d\d-\d\d-\d\d[ T]\d{1,2}:\d\d\b"), "date with time"),
     # "measured here (2026-11-26", "measured first (2026-11-23", "measured on 2026-11-22"
     (
-        re.compile(r"\bmeasured\b[^\n.]{0,25}?\(?\b(?:on\s+)?20\d\d-\d\d-\d\d", re.I),
+        re.compile(r"\bmeasured\b[^\n.]{0,25}?\(?\b(?:on\s+)?(?<!/)20\d\d-\d\d-\d\d", re.I),
         "'measured ... <date>'",
     ),
     # a heading that dates itself: "## The done-when (2026-11-24 ...)"
@@ -106,6 +106,7 @@ def test_detector_sees_a_dated_log():
     for manual in [
         "`make test` takes 5-6 minutes ([timings](docs/notebook/2026-11-26-readme.md)).",
         "reports in `results/calibration/sequential-2026-11-24/`",
+        "2.9 ms ([measured](notebook/2026-11-23-measuring.md)).",
     ]:
         assert not dated_lines(manual), manual
 
