@@ -64,14 +64,33 @@ def in_code_fence(text, offset):
     return text.count("```", 0, offset) % 2 == 1
 
 
-def relative_links(text):
+def relative_targets(text):
+    """Every relative link target in `text` (outside code fences), anchor included."""
     for m in LINK.finditer(text):
         target = m.group(1)
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
-            continue  # http:, mailto:, an anchor in the same page
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):
+            continue  # http:, mailto:
+        if not in_code_fence(text, m.start()):
+            yield target
+
+
+def relative_links(text):
+    for target in relative_targets(text):
+        if not target.startswith("#"):
+            yield target.split("#", 1)[0]
+
+
+def anchors(text):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    seen, out = {}, set()
+    for m in re.finditer(r"^#{1,6} (.*)$", text, re.M):
         if in_code_fence(text, m.start()):
             continue
-        yield target.split("#", 1)[0]
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
 
 
 def rel(path):
@@ -115,6 +134,23 @@ def test_detector_sees_a_dated_log():
 def test_relative_links_resolve(path):
     broken = [t for t in relative_links(path.read_text()) if t and not (path.parent / t).exists()]
     assert not broken, f"{rel(path)} links to missing files: {broken}"
+
+
+@pytest.mark.parametrize("path", all_docs(), ids=rel)
+def test_anchors_resolve(path):
+    broken = []
+    for target in relative_targets(path.read_text()):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file) if file else path
+        if anchor and dest.suffix == ".md" and dest.is_file():
+            if anchor not in anchors(dest.read_text()):
+                broken.append(target)
+    assert not broken, f"{rel(path)} links to missing headings: {broken}"
+
+
+def test_anchor_slugs_follow_github():
+    text = "# `make demo`\n## The gate's cost (2026-11-23)\n## Tour\n## Tour\n"
+    assert anchors(text) == {"make-demo", "the-gates-cost-2026-11-23", "tour", "tour-1"}
 
 
 def test_notebook_index_lists_every_entry():
