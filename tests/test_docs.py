@@ -1,0 +1,168 @@
+"""The README and the guides are manuals; dated measurement logs live in docs/notebook/.
+
+A guide says how things work now and how to use them; what was measured when goes into a
+lab-notebook file (docs/notebook/<date>-<topic>.md) that the guide links where a claim
+rests on it. These tests keep timestamps and "measured on <date>" logs out of the manuals
+and every relative link in the docs pointing at a file that exists.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+NOTEBOOK = DOCS / "notebook"
+
+# Guides still being split into manual and notebook (issue #41, item 3): another engineer
+# is editing them, so they are exempt until that lands. Remove a name once its dated logs
+# have moved to docs/notebook/.
+PENDING = {"allocator.md", "experiments.md"}
+
+# What a dated log looks like, as opposed to a manual's sentence.
+DATED = [
+    # a clock time in UTC: "12:05 UTC", "12:05-12:27 UTC", "01:52, 02:15 UTC"
+    (re.compile(r"\b\d{1,2}:\d\d(?:\s*[-–]\s*\d{1,2}:\d\d)?\s*UTC\b"), "UTC time"),
+    # an ISO date with a time of day: "2026-11-26 01:12", "2026-11-26T01:12"
+    (re.compile(r"\b20\d\d-\d\d-\d\d[ T]\d{1,2}:\d\d\b"), "date with time"),
+    # "measured here (2026-11-26", "measured first (2026-11-23", "measured on 2026-11-22"
+    (
+        re.compile(r"\bmeasured\b[^\n.]{0,25}?\(?\b(?:on\s+)?(?<!/)20\d\d-\d\d-\d\d", re.I),
+        "'measured ... <date>'",
+    ),
+    # a heading that dates itself: "## The done-when (2026-11-24 ...)"
+    (re.compile(r"^#+ .*\b20\d\d-\d\d-\d\d", re.M), "dated heading"),
+]
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def manuals():
+    """README.md and the guides in docs/ (not the notebook), minus the pending ones."""
+    return [ROOT / "README.md"] + sorted(p for p in DOCS.glob("*.md") if p.name not in PENDING)
+
+
+def all_docs():
+    return [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+
+
+def dated_lines(text):
+    """(line number, kind, line) for each line of `text` that reads as a dated log."""
+    kinds = {}
+    lines = text.splitlines()
+    for pattern, kind in DATED:
+        for m in pattern.finditer(text):
+            n = text.count("\n", 0, m.start())
+            kinds.setdefault(n, []).append(kind)
+    return [
+        (n + 1, ", ".join(dict.fromkeys(k)), lines[n].strip()) for n, k in sorted(kinds.items())
+    ]
+
+
+def in_code_fence(text, offset):
+    return text.count("```", 0, offset) % 2 == 1
+
+
+def relative_targets(text):
+    """Every relative link target in `text` (outside code fences), anchor included."""
+    for m in LINK.finditer(text):
+        target = m.group(1)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):
+            continue  # http:, mailto:
+        if not in_code_fence(text, m.start()):
+            yield target
+
+
+def relative_links(text):
+    for target in relative_targets(text):
+        if not target.startswith("#"):
+            yield target.split("#", 1)[0]
+
+
+def anchors(text):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    seen, out = {}, set()
+    for m in re.finditer(r"^#{1,6} (.*)$", text, re.M):
+        if in_code_fence(text, m.start()):
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def rel(path):
+    return str(path.relative_to(ROOT))
+
+
+def test_pending_guides_exist():
+    # The exemption names real files; a renamed guide must not slip out of the check.
+    for name in PENDING:
+        assert (DOCS / name).is_file(), name
+
+
+@pytest.mark.parametrize("path", manuals(), ids=rel)
+def test_no_dated_logs_in_manuals(path):
+    found = dated_lines(path.read_text())
+    assert not found, (
+        f"{rel(path)} has dated measurement logs; move them to docs/notebook/<date>-<topic>.md "
+        "and link the notebook from here:\n"
+        + "\n".join(f"  line {n} ({kind}): {line[:120]}" for n, kind, line in found)
+    )
+
+
+def test_detector_sees_a_dated_log():
+    # The patterns catch the logs this test exists to keep out.
+    for log in [
+        "Measured here (2026-11-26 01:12 UTC, `make demo`, 23 s in all)",
+        "#### Issue #17's done-when, measured first (2026-11-23 12:05-12:27 UTC)",
+        "5 min 13 s and 5 min 35 s (2026-11-26 01:52, 02:15 UTC)",
+        "measured on 2026-11-22: 1.048 and 0.957",
+    ]:
+        assert dated_lines(log), log
+    for manual in [
+        "`make test` takes 5-6 minutes ([timings](docs/notebook/2026-11-26-readme.md)).",
+        "reports in `results/calibration/sequential-2026-11-24/`",
+        "2.9 ms ([measured](notebook/2026-11-23-measuring.md)).",
+    ]:
+        assert not dated_lines(manual), manual
+
+
+@pytest.mark.parametrize("path", all_docs(), ids=rel)
+def test_relative_links_resolve(path):
+    broken = [t for t in relative_links(path.read_text()) if t and not (path.parent / t).exists()]
+    assert not broken, f"{rel(path)} links to missing files: {broken}"
+
+
+@pytest.mark.parametrize("path", all_docs(), ids=rel)
+def test_anchors_resolve(path):
+    broken = []
+    for target in relative_targets(path.read_text()):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file) if file else path
+        if anchor and dest.suffix == ".md" and dest.is_file():
+            if anchor not in anchors(dest.read_text()):
+                broken.append(target)
+    assert not broken, f"{rel(path)} links to missing headings: {broken}"
+
+
+def test_anchor_slugs_follow_github():
+    text = "# `make demo`\n## The gate's cost (2026-11-23)\n## Tour\n## Tour\n"
+    assert anchors(text) == {"make-demo", "the-gates-cost-2026-11-23", "tour", "tour-1"}
+
+
+def test_notebook_index_lists_every_entry():
+    index = (NOTEBOOK / "README.md").read_text()
+    linked = {Path(t).name for t in relative_links(index)}
+    entries = {p.name for p in NOTEBOOK.glob("*.md") if p.name != "README.md"}
+    assert entries, "docs/notebook/ has no entries"
+    assert entries <= linked, f"docs/notebook/README.md misses {sorted(entries - linked)}"
+
+
+def test_readme_is_short_and_starts_with_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    commands = re.findall(r"^(make \w+)", text, re.M)
+    assert commands[:2] == ["make demo", "make test"]
