@@ -378,12 +378,12 @@ def test_engagement_rule():
 
 
 def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(lab):
-    """A real sequential A/A with 2 s for a 0.1 % threshold cannot bound the change that
+    """A real sequential A/A with 4 s (enough for two pairs on a loaded machine) for a 0.1 % threshold cannot bound the change that
     tightly: INCONCLUSIVE (never NEUTRAL), with the pairs and seconds that would decide;
     with --fail-on no-go that is exit 4. A real A/A may end GO or NO-GO (the rule allows that
     in up to 5 % of A/As, and make test's other load makes no difference to it): such a call
     is run once more, so the test fails by chance in at most 0.25 % of runs."""
-    argv = ["ab", "-a", "system", "-w", "mixed_tiny", "--threshold", "0.1", "--max-time", "2"]
+    argv = ["ab", "-a", "system", "-w", "mixed_tiny", "--threshold", "0.1", "--max-time", "4"]
     for attempt in range(2):
         out = lab / f"small{attempt}"
         r = CliRunner().invoke(
@@ -396,11 +396,11 @@ def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(la
     (row,) = [x for x in csv.DictReader(open(out / "summary.csv")) if x["role"] == "primary"]
     assert row["verdict"] == "INCONCLUSIVE" and row["stop"] == "budget"
     assert int(row["pairs_needed"]) > int(row["n_pairs"]) >= 1
-    assert float(row["seconds_needed"]) > 0 and float(row["seconds"]) < 3
+    assert float(row["seconds_needed"]) > 0 and float(row["seconds"]) < 6
     report = (out / "report.md").read_text()
     assert "would likely decide" in report and "Sequential:" in report
     assert "Noise check against" not in report  # a fixed-count calibration: not this design
-    assert "sequential: pairs until each workload is decided, budget 2 s" in report
+    assert "sequential: pairs until each workload is decided, budget 4 s" in report
 
 
 def test_sequential_stops_a_workload_as_soon_as_it_is_decided(lab):

@@ -30,6 +30,7 @@ from hakbench.report.site.runs import RunView
 from hakbench.report.site.scorecard import (
     apps_section,
     misuse_section,
+    probes_section,
     standing_section,
     suite_section,
     workloads_section,
@@ -60,7 +61,8 @@ def scorecard_sections(results: Path, card) -> list[Section]:
     """The index page's sections in order, each a function of its stored table, present
     when that table is stored: a new section is one more line here."""
     from hakbench.report.apps import apps_rows
-    from hakbench.tables.misuse_model import rows_of
+    from hakbench.tables import misuse_suite_model
+    from hakbench.tables.misuse_model import pattern_records, rows_of
 
     def stored(name: str) -> bool:
         return (sc.stored_dir(results, name) / "meta.json").exists()
@@ -74,7 +76,10 @@ def scorecard_sections(results: Path, card) -> list[Section]:
         sections.append(suite_section(apps_rows(samples, meta), meta))
     if stored(sc.MISUSE_DIR):
         records, meta = sc.load_misuse(results)
-        sections.append(misuse_section(rows_of(records), meta))
+        sections.append(misuse_section(rows_of(pattern_records(records)), meta))
+        suite_rows = misuse_suite_model.rows_of(records)
+        if suite_rows:
+            sections.append(probes_section(suite_rows, records, meta))
     return sections
 
 

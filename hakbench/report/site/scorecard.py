@@ -239,3 +239,55 @@ def misuse_section(rows: list[dict], meta: dict) -> Section:
             "allocators</summary>" + table_html(Table(["pattern", *labels], matrix)) + "</details>",
         ],
     )
+
+
+def probes_section(rows: list[dict], records: list[dict], meta: dict) -> Section:
+    """The public suite's security probes: counts per allocator (caught in every run, by an
+    allocator that ran the suite's benign programs) and the probes x allocators matrix."""
+    from hakbench.report.misuse_suite_md import legend, mark
+    from hakbench.tables.misuse_suite_model import counts, probe_order
+
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    by = {(r["probe"], r["label"]): r for r in rows}
+
+    def outcome(r: dict | None) -> Cell:
+        text = mark(r)
+        css = None if r is None else "good" if r["outcome"] == "caught" else "bad"
+        return Cell(text, text, css=css)
+
+    probes = probe_order({r["probe"] for r in rows})
+    matrix = [[Cell(p, p)] + [outcome(by.get((p, lbl))) for lbl in labels] for p in probes]
+    tally = [
+        [
+            Cell(c.label, c.label),
+            num(c.counted, "d"),
+            num(c.total, "d"),
+            num(c.crashed, "d"),
+            num(c.finished, "d"),
+            Cell(f"{c.share:.1%}", c.share),
+        ]
+        for c in counts(rows, records)
+    ]
+    return Section(
+        "probes",
+        "Public probes (mimalloc-bench security/)",
+        f"Which of the public suite's misuse probes each allocator stops (results/misuse/, "
+        f"{meta.get('date', '?')}). " + legend().replace("`", ""),
+        [
+            table_html(
+                Table(
+                    [
+                        "allocator",
+                        "caught (every run)",
+                        "probes",
+                        "of which a fault",
+                        "of which no effect",
+                        "share of runs caught",
+                    ],
+                    tally,
+                )
+            ),
+            f"<details><summary>The matrix: {len(matrix)} probes × {len(labels)} "
+            "allocators</summary>" + table_html(Table(["probe", *labels], matrix)) + "</details>",
+        ],
+    )
