@@ -379,7 +379,8 @@ def test_engagement_rule():
 
 def test_a_budget_too_small_to_decide_says_inconclusive_with_the_pairs_needed(lab):
     """A real sequential A/A with 4 s (room for two pairs on a loaded machine) for a 0.1 %
-    threshold cannot bound the change that tightly: INCONCLUSIVE (never NEUTRAL), with the pairs and seconds that would decide;
+    threshold cannot bound the change that tightly: INCONCLUSIVE (never NEUTRAL), with the
+    pairs and seconds that would decide;
     with --fail-on no-go that is exit 4. A real A/A may end GO or NO-GO (the rule allows that
     in up to 5 % of A/As, and make test's other load makes no difference to it): such a call
     is run once more, so the test fails by chance in at most 0.25 % of runs."""
