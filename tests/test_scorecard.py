@@ -256,8 +256,14 @@ def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatc
     monkeypatch.setattr(
         misuse, "list_patterns", lambda build=None: ["double-free-tiny", "uaf-read-mid"]
     )
-    scorecard_refresh.refresh_misuse(results)
     stored = results / scorecard.MISUSE_DIR
+    stored.mkdir(parents=True)  # the builds' costs, measured apart, stay across a refresh
+    (stored / "build_costs.csv").write_text(
+        "allocator,workload,ir_per_op,peak_rss_kb\nhakmem:fast,mixed,80.00,2000\n"
+    )
+    scorecard_refresh.refresh_misuse(results)
+    assert (stored / "build_costs.csv").exists()
+    assert "| mixed Ir/op |" in (results / "SCORECARD.md").read_text()
     records = [json.loads(line) for line in (stored / "probes.jsonl").read_text().splitlines()]
     assert len(pattern_records(records)) == 2 * 2 * misuse.RUNS
     md = (results / "SCORECARD.md").read_text()
