@@ -256,8 +256,14 @@ def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatc
     monkeypatch.setattr(
         misuse, "list_patterns", lambda build=None: ["double-free-tiny", "uaf-read-mid"]
     )
-    scorecard_refresh.refresh_misuse(results)
     stored = results / scorecard.MISUSE_DIR
+    stored.mkdir(parents=True)  # the builds' costs, measured apart, stay across a refresh
+    (stored / "build_costs.csv").write_text(
+        "allocator,workload,ir_per_op,peak_rss_kb\nhakmem:fast,mixed,80.00,2000\n"
+    )
+    scorecard_refresh.refresh_misuse(results)
+    assert (stored / "build_costs.csv").exists()
+    assert "| mixed Ir/op |" in (results / "SCORECARD.md").read_text()
     records = [json.loads(line) for line in (stored / "probes.jsonl").read_text().splitlines()]
     assert len(pattern_records(records)) == 2 * 2 * misuse.RUNS
     md = (results / "SCORECARD.md").read_text()
@@ -276,6 +282,19 @@ def test_misuse_section_is_stored_apart_rendered_and_checked(results, monkeypatc
     assert any("misuse/misuse.csv" in p for p in problems)
     scorecard.render(results)
     assert "| double-free-tiny | ✔ | ✘ |" in (results / "SCORECARD.md").read_text()
+    # each build's cost beside its count, from the stored cost file (a ratio to the fast build)
+    (stored / "build_costs.csv").write_text(
+        "allocator,workload,ir_per_op,peak_rss_kb\n"
+        "hakmem:fast,mixed,80.00,2000\nhakmem:secure,mixed,160.00,2500\n"
+        "hardened_malloc,mixed,,9000\n"
+    )
+    assert any("SCORECARD.md" in p for p in scorecard.check(results))
+    scorecard.render(results)
+    md = (results / "SCORECARD.md").read_text()
+    assert "| **hakmem:secure** | — | 160.00 (2.00x) |" in md
+    assert "| **hakmem:fast** | " in md and "| 80.00 |" in md
+    assert "| hardened_malloc | — | — |" in md and "| 9000 (4.50x) |" in md
+    assert scorecard.check(results) == []
 
 
 def test_misuse_refresh_options_go_together(tmp_path):

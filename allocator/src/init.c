@@ -121,6 +121,9 @@ static void fork_child(void) {
     hak_os_fork_child();
     hak_superslab_fork_child();
     hak_heap_fork_child();
+#ifdef HAK_SECURE
+    hak_page_carve_reseed();
+#endif
     if (list_lock_taken) _IO_list_resetlock();
 }
 

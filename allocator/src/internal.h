@@ -57,9 +57,18 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define HAK_PAGE_SIZE      ((size_t)1 << HAK_PAGE_SHIFT)
 #define HAK_PAGES_PER_SS   (HAK_SS_SIZE / HAK_PAGE_SIZE) // descriptors in a header (small)
 #define HAK_SS_HEADER_SIZE 4096
-#define HAK_OS_PAGE_SIZE   4096                 // the unit of madvise and of page faults
-#define HAK_ADDRESS_LIMIT  ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
-#define HAK_MIN_ALIGN      16 // large blocks; size classes are aligned to their size up to 4 KiB
+// The secure build maps every superslab with one PROT_NONE OS page after its 2 MiB: an overflow
+// off the last block of its last page faults there instead of landing on the page descriptors
+// of a superslab mapped right after it (no superslab can start there: the guard holds the
+// next 2 MiB boundary). Other builds: none, superslabs may be adjacent.
+#ifdef HAK_SECURE
+#define HAK_SS_GUARD 4096
+#else
+#define HAK_SS_GUARD 0
+#endif
+#define HAK_OS_PAGE_SIZE  4096                 // the unit of madvise and of page faults
+#define HAK_ADDRESS_LIMIT ((uintptr_t)1 << 47) // x86-64 user space (4-level paging)
+#define HAK_MIN_ALIGN     16 // large blocks; size classes are aligned to their size up to 4 KiB
 #define HAK_NATURAL_ALIGN                                                                          \
     4096 // blocks of a class are aligned at least to its size's power-of-two part, up to this
          // (aligned_alloc)
@@ -214,8 +223,8 @@ static inline uintptr_t hak_link_tag(uintptr_t next, uintptr_t holder, uintptr_t
 }
 static inline uintptr_t hak_link_encode(const void *holder, uintptr_t next) {
     uintptr_t secret = hak_link_secret(holder);
-    return ((next ^ secret) & HAK_LINK_ADDR_MASK) |
-           hak_link_tag(next, (uintptr_t)holder, secret) << HAK_LINK_TAG_SHIFT;
+    uintptr_t tag = hak_link_tag(next, (uintptr_t)holder, secret);
+    return ((next ^ secret) & HAK_LINK_ADDR_MASK) | tag << HAK_LINK_TAG_SHIFT;
 }
 // Decodes the link stored in `holder` into *next; 0 when its tag does not match.
 static inline int hak_link_decode(const hak_block *holder, hak_block **next) {
@@ -469,6 +478,22 @@ void hak_os_fork_child(void);
 #define HAK_CARVE_WHOLE_PAGE   ((uint32_t)HAK_SS_SIZE) // capped by the page's capacity
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);
 int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks);
+#ifdef HAK_SECURE
+// The secure build's per-thread random stream (splitmix64; seeded from getrandom on first use
+// and again in a fork child): the order in which carved blocks are handed out (page.c) and
+// which free list a freed block joins (wrappers.c, free_fast).
+extern __thread uint64_t hak_secure_rng __attribute__((tls_model("initial-exec")));
+uint64_t hak_secure_rng_seed(void) __attribute__((cold));
+void hak_page_carve_reseed(void); // the calling thread's stream starts anew (a fork child)
+static inline uint64_t hak_secure_random(void) {
+    uint64_t z = hak_secure_rng;
+    if (HAK_UNLIKELY(z == 0)) z = hak_secure_rng_seed();
+    z = hak_secure_rng = z + 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+#endif
 void hak_page_collect(hak_page *page);
 void hak_page_purge_idle_blocks(hak_page *page, unsigned keep, uintptr_t mark,
                                 uintptr_t marked_before);

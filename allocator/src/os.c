@@ -33,6 +33,12 @@ static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).
 static _Atomic uint64_t cache_purge_next_ns;
 
+// What a superslab's mapping spans: its 2 MiB and the secure build's guard after them (none
+// after a huge-page superslab, mapped as one huge page).
+static size_t mapped_size(const hak_superslab *ss) {
+    return HAK_SS_SIZE + (ss->huge ? 0 : HAK_SS_GUARD);
+}
+
 #define HAK_DIRTY_SLOTS_MAX     4
 #define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
 #define HAK_PURGE_CHECK_EVERY   16
@@ -64,9 +70,10 @@ int hak_os_release_cached(void) {
         next = ss->next;
         hak_stat_add(ss_os, cache_release, 1);
         hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-        hak_os_unmap(ss, HAK_SS_SIZE);
-        hak_stat_mapped(-(long)HAK_SS_SIZE);
-        released += HAK_SS_SIZE;
+        size_t size = mapped_size(ss);
+        hak_os_unmap(ss, size);
+        hak_stat_mapped(-(long)size);
+        released += size;
     }
     return released != 0;
 }
@@ -161,12 +168,13 @@ hak_superslab *hak_os_superslab_get(void) {
     } else {
         char *base;
         size_t size;
-        ss = hak_os_map_aligned(HAK_SS_SIZE, HAK_SS_SIZE, &base, &size);
+        ss = hak_os_map_aligned(HAK_SS_SIZE + HAK_SS_GUARD, HAK_SS_SIZE, &base, &size);
         if (!ss) return NULL;
-        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units).
+        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units); the
+        // guard after it (HAK_SS_GUARD) for good.
         int saved = errno;
-        if (mprotect((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE,
-                     PROT_NONE) != 0)
+        if (mprotect((char *)ss + HAK_SS_HEADER_SIZE,
+                     HAK_SS_SIZE + HAK_SS_GUARD - HAK_SS_HEADER_SIZE, PROT_NONE) != 0)
             ss->rw_units = ~0u;
         errno = saved;
     }
@@ -220,8 +228,9 @@ void hak_os_superslab_put(hak_superslab *ss) {
     if (!ss) return;
     hak_stat_add(ss_os, cache_release, 1);
     hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-    hak_os_unmap(ss, HAK_SS_SIZE);
-    hak_stat_mapped(-(long)HAK_SS_SIZE);
+    size_t size = mapped_size(ss);
+    hak_os_unmap(ss, size);
+    hak_stat_mapped(-(long)size);
 }
 
 // A page slot of a live superslab became free. Up to a floor of free slots per superslab may

@@ -152,8 +152,21 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
                    !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list &&
                    canary_intact(p, page))) {
         canary_disarm(p, page);
-        hak_link_set(block, *list);
-        *list = block;
+#ifdef HAK_SECURE
+        // Reuse in a random order: on small pages half the frees, at random, go right after
+        // the head of `free` (handed out second: never the next malloc's block), the others to
+        // local_free as in the other builds (handed out once `free` has run dry).
+        hak_block *head = page->free;
+        if (!lifo && head && (hak_secure_random() & 1) &&
+            !(atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS)) {
+            hak_link_set(block, hak_link(head));
+            hak_link_set(head, block);
+        } else
+#endif
+        {
+            hak_link_set(block, *list);
+            *list = block;
+        }
         HAK_HOT_STAT(heap, free, page->class_idx);
         if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) {
             hak_heap_free_emptied(heap, page, block);

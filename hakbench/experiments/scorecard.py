@@ -315,6 +315,7 @@ def misuse_section(results: Path, out: Path) -> tuple[str, list[Path]]:
     """The "Heap misuse" section of SCORECARD.md and its tidy tables ``out/misuse/misuse.csv``
     (our patterns) and ``suite-probes.csv`` (the suite's probes, when stored), classified
     again from the records stored in ``results/misuse/`` alone."""
+    from hakbench.report import misuse_costs_md
     from hakbench.report.misuse_md import scorecard_section
     from hakbench.tables import misuse_suite_model
 
@@ -326,7 +327,9 @@ def misuse_section(results: Path, out: Path) -> tuple[str, list[Path]]:
     if meta.get("suite"):
         tables.append(out / MISUSE_DIR / misuse_suite_model.SUITE_CSV)
         tables[1].write_text(misuse_suite_model.rows_csv(misuse_suite_model.rows_of(records)))
-    return scorecard_section(rows, meta, MISUSE_DIR, records), tables
+    costs_file = stored_dir(results, MISUSE_DIR) / misuse_costs_md.COSTS_CSV
+    costs = list(csv.DictReader(io.StringIO(costs_file.read_text()))) if costs_file.exists() else []
+    return scorecard_section(rows, meta, MISUSE_DIR, records, costs), tables
 
 
 def check(results: Path) -> list[str]:

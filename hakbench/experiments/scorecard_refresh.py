@@ -225,8 +225,12 @@ def refresh_misuse(results: Path, *, command=None) -> Path:
     meta = read_json(run_dir / "meta.json")
     meta.pop("cwd", None)
     meta["full_run"] = run_dir.name
+    # keep_others: the builds' costs (build_costs.csv, allocator/tools/build_costs.sh) are
+    # measured apart and stay across a refresh of the probes
     replace_stored(
-        stored_dir(results, MISUSE_DIR), {"probes.jsonl": run.records, "meta.json": meta}
+        stored_dir(results, MISUSE_DIR),
+        {"probes.jsonl": run.records, "meta.json": meta},
+        keep_others=True,
     )
     render(results)
     return run_dir

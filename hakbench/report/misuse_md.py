@@ -7,7 +7,7 @@ section of the scorecard (``scorecard_section``) are both drawn from rows alone
 
 from __future__ import annotations
 
-from hakbench.report import misuse_suite_md
+from hakbench.report import misuse_costs_md, misuse_suite_md
 from hakbench.tables import misuse_suite_model
 from hakbench.tables.misuse_model import (
     STOPPING_EFFECTS,
@@ -217,9 +217,16 @@ def anchors_text(meta: dict) -> str:
     return text
 
 
-def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[dict] = ()) -> str:
+def scorecard_section(
+    rows: list[dict],
+    meta: dict,
+    stored: str,
+    records: list[dict] = (),
+    costs: list[dict] = (),
+) -> str:
     """The "Heap misuse" section of SCORECARD.md, from the stored records (``rows``: our
-    patterns' rows; ``records``: every record, for the suite's probes)."""
+    patterns' rows; ``records``: every record, for the suite's probes) and the builds' costs
+    (``costs``: the rows of ``build_costs.csv``, shown beside the counts when given)."""
     records = list(records)
     git = meta.get("git") or {}
     suite = meta.get("suite")
@@ -248,6 +255,7 @@ def scorecard_section(rows: list[dict], meta: dict, stored: str, records: list[d
     ]
     if suite:
         lines += [*both_lines(rows, records), ""]
+    lines += misuse_costs_md.costs_lines(list(costs), records)
     if rows:
         lines += _patterns_section(rows, meta, "### Our patterns" if suite else "")
     lines += _suite_lines(rows, records, meta, "###")
