@@ -43,12 +43,21 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slurm: needs a Slurm cluster of its own (--slurm)")
+    config.addinivalue_line("markers", "slow: minutes long, run with HAKBENCH_SLOW=1 (.ci/run)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked slurm run with --slurm only (and then only they): left out, not skipped."""
+    """Tests marked slurm run with --slurm only (and then only they); tests marked slow run
+    only with HAKBENCH_SLOW=1 (.ci/run sets it). Both are left out, not skipped, so that a
+    skip under CI still means something missing."""
     want = config.getoption("--slurm")
-    kept = [i for i in items if (i.get_closest_marker("slurm") is not None) == want]
+    slow = bool(os.environ.get("HAKBENCH_SLOW"))
+    kept = [
+        i
+        for i in items
+        if (i.get_closest_marker("slurm") is not None) == want
+        and (slow or i.get_closest_marker("slow") is None)
+    ]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept

@@ -7,7 +7,6 @@ confirmed against its parent, interrupted and resumed without judging a commit t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -19,9 +18,7 @@ from hakbench.core.errors import UsageError
 from hakbench.experiments import bisect
 
 ROOT = Path(__file__).resolve().parents[1]
-SLOW = pytest.mark.skipif(
-    not os.environ.get("HAKBENCH_SLOW"), reason="builds 6+ revisions: HAKBENCH_SLOW=1 (.ci/run)"
-)
+SLOW = pytest.mark.slow  # builds 6+ revisions: only with HAKBENCH_SLOW=1 (.ci/run)
 REGRESSION_AT = 11  # of 16 commits: the one that adds a loop to hak_malloc's fast path
 
 

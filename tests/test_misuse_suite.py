@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import CHANCE
 
 from hakbench.cli import main
 from hakbench.core import suites
@@ -280,7 +281,7 @@ def test_a_killed_run_resumes_with_its_finished_probes(standin_build, tmp_path):
     before = probes.read_text()
     kept = before.count("\n")
     if kept >= total:
-        pytest.skip("the run finished before the kill")
+        pytest.skip(CHANCE + "the run finished before the kill")
     resumed = CliRunner().invoke(main, ["misuse", "--resume", str(out)])
     assert resumed.exit_code == 0, resumed.output
     text = probes.read_text()
