@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.core import paths
 from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine import revs
 from hakbench.engine.revs import LOG, STAMP, build_at_rev, resolve_rev, rev_build_dir
 
 ROOT = paths.repo_root()
@@ -26,7 +28,32 @@ def has_file(rev: str, path: str) -> bool:
 def worktrees() -> set:
     """The repository's worktree paths (not their HEADs: other sessions commit meanwhile)."""
     out = git("worktree", "list", "--porcelain").stdout
-    return {line for line in out.splitlines() if line.startswith("worktree ")}
+    return {
+        line.removeprefix("worktree ") for line in out.splitlines() if line.startswith("worktree ")
+    }
+
+
+@pytest.fixture
+def made_worktrees(monkeypatch) -> list:
+    """The temporary worktree directories build_at_rev makes in this test, recorded as it
+    makes them: a test of the other worker may build a revision of this repository at the
+    same time, so 'no worktree left' is asked of these, not of the repository's whole list."""
+    made = []
+    real = revs.tempfile.mkdtemp
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(revs.tempfile, "mkdtemp", recording)
+    return made
+
+
+def assert_gone(made: list) -> None:
+    assert made, "build_at_rev made no worktree"
+    listed = worktrees()
+    for path in made:
+        assert path not in listed and not Path(path).exists(), f"worktree {path} left behind"
 
 
 pytestmark = [
@@ -46,18 +73,17 @@ def test_resolve_rev_gives_the_full_sha():
         resolve_rev("no-such-branch-xyz")
 
 
-def test_failed_build_raises_and_leaves_no_stamp_or_worktree():
+def test_failed_build_raises_and_leaves_no_stamp_or_worktree(made_worktrees):
     root_commit = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
     if has_file(root_commit, "allocator/allocator.mk"):
         pytest.skip("the root commit builds; no known-broken revision to try")
-    before = worktrees()
     build_dir = rev_build_dir(root_commit)
     try:
         with pytest.raises(MeasurementError, match="build at .* failed"):
             build_at_rev(root_commit)
         assert not (build_dir / STAMP).exists()
         assert (build_dir / LOG).exists()  # kept for diagnosis
-        assert worktrees() == before
+        assert_gone(made_worktrees)
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
 
@@ -66,8 +92,7 @@ def test_failed_build_raises_and_leaves_no_stamp_or_worktree():
     not (has_file("HEAD", "allocator/allocator.mk") and has_file("HEAD", "harness/harness.mk")),
     reason="HEAD does not contain the allocator and harness yet",
 )
-def test_head_is_built_once_and_reused():
-    before = worktrees()
+def test_head_is_built_once_and_reused(made_worktrees):
     first = build_at_rev("HEAD")
     assert first.sha == resolve_rev("HEAD")
     assert first.build_dir == ROOT / "build" / f"rev-{first.sha}"
@@ -80,7 +105,8 @@ def test_head_is_built_once_and_reused():
     assert second == first
     assert stamp.stat().st_mtime_ns == stamp_mtime  # no rebuild: nothing rewritten
     assert log.stat().st_mtime_ns == log_mtime
-    assert worktrees() == before  # the temporary worktree is gone
+    if made_worktrees:  # built here (not already built by an earlier test): its worktree is gone
+        assert_gone(made_worktrees)
 
 
 @pytest.mark.skipif(
