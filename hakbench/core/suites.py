@@ -110,8 +110,6 @@ class SuiteError(HakbenchError):
 class SuiteMissingError(SuiteError):
     """No usable checkout: none given, or the path is not a mimalloc-bench checkout."""
 
-    exit_code = EXIT_SUITE
-
 
 class SuiteBuildError(SuiteError):
     """cmake could not configure or build the checkout (the message names the log)."""
