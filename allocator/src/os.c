@@ -200,6 +200,24 @@ static void decommit(hak_superslab *ss) {
     hak_stat_add(ss_os, madvise, 1);
 }
 
+#ifdef HAK_DEBUG
+void (*hak_test_superslab_put_hook)(hak_superslab *ss);
+
+// The cached superslabs that break the policy: resident (not decommitted, not a huge page) with
+// no deadline to purge them. Speed-first gives every cached superslab a deadline; the lean
+// policy with SS_MEM_LEAN_DECOMMIT decommits every one it caches. Either way none should be
+// counted here: such a superslab would stay resident in the cache for good.
+size_t hak_os_cache_resident_undue(void) {
+    if (hak_option[HAK_OPT_SS_MEM_LEAN] && !hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT]) return 0;
+    size_t count = 0;
+    hak_lock_acquire(&cache_lock);
+    for (hak_superslab *ss = cache_first; ss; ss = ss->next)
+        count += ss->dirty_mask && !ss->huge && !ss->purge_due_ns;
+    hak_lock_release(&cache_lock);
+    return count;
+}
+#endif
+
 // Takes back an empty superslab: into the cache while it has room, else unmapped. Speed-first
 // keeps a cached superslab resident for HAK_PURGE_DELAY_NS (a heap that empties and refills
 // one reuses it warm) and decommits it after that (hak_os_purge_due); the lean policy
@@ -210,6 +228,11 @@ void hak_os_superslab_put(hak_superslab *ss) {
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
+#ifdef HAK_DEBUG
+    // Where another thread may take a cached superslab before this one takes the lock
+    // (test_cache_decommit makes it happen, deterministically).
+    if (hak_test_superslab_put_hook) hak_test_superslab_put_hook(ss);
+#endif
     hak_lock_acquire(&cache_lock);
     if (cache_count < limit) {
         // The lean policy decommits under the lock, where room in the cache is known: decided

@@ -127,27 +127,27 @@ void hak_page_collect(hak_page *page) {
     if (owner) owner->remote_seen = 1;
     hak_block *list = (hak_block *)(old & ~HAK_XT_FLAGS);
     hak_block *tail = list, *next;
-    int32_t count = 1, used = page->used;
+    int32_t left = page->used; // blocks the chain may hold
     const hak_slot_bounds bounds = hak_page_slot_bounds(page);
     // More blocks than ever handed out: a block was freed twice (the list may even be a
     // cycle); stop rather than walk it forever. Blocks of 16 B and up carry the remote-free
     // key in their second word: cleared here (two loops, so the test is not made per block).
     // Each link checked before the walk writes through it (hak_link_walk).
     if (page->block_size >= 16) {
-        for (;; tail = next, count++) {
+        for (;; tail = next) {
             ((uintptr_t *)tail)[1] = 0;
-            if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
+            if (HAK_UNLIKELY(--left < 0)) hak_fatal_pointer("free", "double free", tail);
             if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     } else {
-        for (;; tail = next, count++) {
-            if (HAK_UNLIKELY(count > used)) hak_fatal_pointer("free", "double free", tail);
+        for (;; tail = next) {
+            if (HAK_UNLIKELY(--left < 0)) hak_fatal_pointer("free", "double free", tail);
             if (!hak_link_walk(page, &bounds, tail, &next)) break;
         }
     }
     hak_link_set(tail, page->free);
     page->free = list;
-    page->used -= count;
+    page->used = (int16_t)left;
 }
 
 // Medium pages: the superslab's word of purged blocks of this page.
