@@ -49,8 +49,16 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
 }
 
 // The direct page of `cls` has no free block: the class queue, then a retained empty page,
-// then the backend (adopt, fresh page). Inlined into one
-// function per front (below), so that each runs with its policy's numbers as constants.
+// then the backend: a free slot of the heap's own superslabs, then an abandoned superslab
+// (adopted), and only then a new superslab. Own slots before adoption: a heap that lives on
+// (a program's main thread) adopted every superslab its short-lived peers left, for a class
+// it ran out of, and with it pages of every other class, each pinned by a few blocks the peer
+// had handed on; the next peer found none left and cut fresh pages, which its exit left to
+// the long-lived heap in turn. mstress under speed-first: that heap held 33 superslabs and
+// 281 pages for ~5,000 live blocks, peak RSS 2.8x mimalloc's; with own slots first, the new
+// thread adopts what its predecessor left (docs/notebook/2026-11-28-thread-churn.md).
+// Inlined into one function per front (below), so that each runs with its policy's numbers
+// as constants.
 static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *heap, unsigned cls,
                                                                    const hak_front *front) {
     hak_page *current = heap->direct[cls];
@@ -60,9 +68,10 @@ static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *hea
     if (!page) {
         HAK_HOT_STAT(heap, fallback, cls);
         hak_heap_need_memory(heap, cls);
-        if (hak_heap_adopt(heap, cls))
+        page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks, 0);
+        if (!page && hak_heap_adopt(heap, cls))
             page = hak_heap_scan_queue(heap, cls, front->carve_bytes, front->carve_blocks);
-        if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks);
+        if (!page) page = hak_heap_new_page(heap, cls, front->carve_bytes, front->carve_blocks, 1);
         if (!page) return NULL;
     }
     if (page != current) HAK_HOT_STAT(heap, refill, cls);

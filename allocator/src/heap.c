@@ -239,8 +239,9 @@ int hak_heap_adopt(hak_heap *heap, unsigned cls) {
 }
 
 // A page for `cls` from a free slot of the heap's superslabs of its kind and affinity (the first
-// superslab, else any other, which is then moved first), else from a new superslab.
-static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
+// superslab, else any other, which is then moved first), else, if `may_map`, from a new
+// superslab (NULL if not).
+static hak_page *fresh_page(hak_heap *heap, unsigned cls, int may_map) {
     unsigned kind = hak_class_kind[cls], affinity = hak_os_class_affinity(cls);
     hak_superslab *ss = heap->superslabs[kind];
     while (ss && !(ss->free_page_mask && ss->affinity == affinity))
@@ -251,6 +252,7 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls) {
     }
     hak_page *page = ss ? hak_superslab_page_alloc(ss) : NULL;
     if (!page) {
+        if (!may_map) return NULL;
         ss = hak_superslab_acquire(heap, kind, affinity);
         if (!ss) return NULL;
         push_superslab(heap, ss);
@@ -350,8 +352,8 @@ HAK_NOINLINE void hak_heap_split_class(hak_heap *heap, unsigned small) {
 }
 
 hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
-                            uint32_t carve_blocks) {
-    hak_page *page = fresh_page(heap, cls);
+                            uint32_t carve_blocks, int may_map) {
+    hak_page *page = fresh_page(heap, cls, may_map);
     if (!page) return NULL;
     hak_page_extend(page, carve_bytes, carve_blocks);
     hak_heap_install_page(heap, page);

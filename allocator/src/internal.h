@@ -643,7 +643,7 @@ int hak_heap_park_exhausted(hak_heap *heap, hak_page *page);
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page);
 int hak_heap_adopt(hak_heap *heap, unsigned cls);
 hak_page *hak_heap_new_page(hak_heap *heap, unsigned cls, uint32_t carve_bytes,
-                            uint32_t carve_blocks);
+                            uint32_t carve_blocks, int may_map);
 void hak_heap_install_page(hak_heap *heap, hak_page *page);
 void hak_heap_detach_page(hak_heap *heap, hak_page *page);
 void hak_heap_release_page(hak_heap *heap, hak_page *page);

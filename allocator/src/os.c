@@ -7,9 +7,10 @@
 //     stale free() into one is reported, not followed. That is the speed-first policy.
 //   - the lean policy (HAKMEM_SS_MEM_LEAN=1, profile BALANCED) keeps at most
 //     SS_MEM_LEAN_TARGET_MB of empty superslabs and, with SS_MEM_LEAN_DECOMMIT, gives their
-//     memory back with madvise(MADV_DONTNEED) as they enter the cache (the header page stays,
-//     so a stale free() is still reported): resident memory after a burst falls back to the
-//     live set, and reusing a cached superslab costs page faults instead of an mmap.
+//     memory back with madvise(MADV_DONTNEED) once they have waited 1 ms in the cache (the
+//     header page stays, so a stale free() is still reported): resident memory after a burst
+//     falls back to the live set, and reusing a cached superslab costs page faults instead of
+//     an mmap.
 //   - the huge-page experiment (HAKMEM_SS_HUGEPAGE_EXPERIMENT=1) maps new superslabs with
 //     MAP_HUGETLB (one 2 MiB page, no alignment trimming needed); when the kernel has no huge
 //     page to give (none reserved in /proc/sys/vm/nr_hugepages) it counts huge_fail and maps
@@ -218,16 +219,22 @@ size_t hak_os_cache_resident_undue(void) {
 }
 #endif
 
-// Takes back an empty superslab: into the cache while it has room, else unmapped. Speed-first
-// keeps a cached superslab resident for HAK_PURGE_DELAY_NS (a heap that empties and refills
-// one reuses it warm) and decommits it after that (hak_os_purge_due); the lean policy
-// decommits at once.
+// Takes back an empty superslab: into the cache while it has room, else unmapped. A cached
+// superslab stays resident for a delay (a heap that empties and refills one, or the next thread
+// after one that exited, reuses it warm) and is decommitted after it (hak_os_purge_due): 10 ms
+// under speed-first, 1 ms under the lean policy, as its free page slots. The lean policy
+// decommitted at once until issue #38: with thread churn (mstress, a thread a round) every
+// exiting thread's empty superslabs went to the cache and the next thread faulted them back in
+// (docs/notebook/2026-11-28-thread-churn.md). Every cached superslab is decommitted or has its
+// deadline (the deadline is set before the lock, so no other thread's take can void it).
 void hak_os_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
     ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
-    ss->purge_due_ns = lean || ss->huge ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
+    int decommits = !lean || hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT];
+    uint64_t delay = lean ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
+    ss->purge_due_ns = !decommits || ss->huge ? 0 : hak_coarse_now_ns() + delay;
 #ifdef HAK_DEBUG
     // Where another thread may take a cached superslab before this one takes the lock
     // (test_cache_decommit makes it happen, deterministically).
@@ -235,10 +242,6 @@ void hak_os_superslab_put(hak_superslab *ss) {
 #endif
     hak_lock_acquire(&cache_lock);
     if (cache_count < limit) {
-        // The lean policy decommits under the lock, where room in the cache is known: decided
-        // before it, a superslab put while the cache looked full could be cached resident (by
-        // then another thread had taken one) with no deadline to purge it, for good.
-        if (lean && hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT]) decommit(ss);
         ss->next = cache_first;
         cache_first = ss;
         cache_count++;

@@ -34,7 +34,7 @@
 
 HAKTEST_DIR     := allocator/tests
 HAKTEST_NAMES   := test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release \
-    test_lifecycle test_oom test_hooks test_link_tamper test_secure_layout test_cache_decommit \
+    test_lifecycle test_oom test_hooks test_link_tamper test_secure_layout test_cache_decommit test_thread_churn \
     test_paths test_conformance test_fork_signal fuzz_api
 HAKTEST_HEADERS := $(HAKTEST_DIR)/testhelper.h $(HAKTEST_DIR)/test_alloc_api.h
 # gcc may fold a malloc/free pair or a comparison of two fresh blocks away; the tests are
