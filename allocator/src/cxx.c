@@ -6,9 +6,10 @@
 // library needs no libstdc++ of its own. What C++ adds to malloc is failure: operator new calls
 // the program's new_handler until it succeeds or there is none, then throws std::bad_alloc;
 // both come from libstdc++ by weak references, present whenever a C++ program is what calls.
-// Sized deletes pass the size to hak_free_sized: the debug build checks that it fits the block
-// (a mismatched delete is reported like an invalid free); the fast path has no use for it, as
-// the address alone finds the block's page in a shift and a mask.
+// Sized deletes use the size the caller gives (as tcmalloc does): in the fast build a block of
+// at most 8 KiB goes straight to its small page's free list, without reading the registry
+// (hak_sized_free_small, internal.h); the debug and secure builds check that the size fits the
+// block (a mismatched delete is reported like an invalid free: hak_free_sized).
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -60,6 +61,17 @@ static inline void *cxx_new_nothrow(size_t size) {
 static inline void *cxx_new_aligned(size_t size, size_t alignment, int nothrow) {
     void *p = hak_aligned_alloc(alignment, size);
     return HAK_LIKELY(p != NULL) ? p : new_slow(size, alignment, nothrow);
+}
+
+// Sized delete (alignment 0: not over-aligned): a small block straight to its page, else the
+// checked path.
+static inline void cxx_delete_sized(void *p, size_t size, size_t alignment) {
+    if (hak_sized_free_small(p, size, alignment))
+        hak_free_small(p);
+    else if (alignment)
+        hak_free_aligned_sized(p, alignment, size);
+    else
+        hak_free_sized(p, size);
 }
 
 #ifndef HAK_PREFIXED_ONLY
@@ -132,16 +144,16 @@ HAK_CXX_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t alignmen
     hak_free(p);
 }
 HAK_CXX_EXPORT void _ZdlPvm(void *p, size_t size) {
-    hak_free_sized(p, size);
+    cxx_delete_sized(p, size, 0);
 }
 HAK_CXX_EXPORT void _ZdaPvm(void *p, size_t size) {
-    hak_free_sized(p, size);
+    cxx_delete_sized(p, size, 0);
 }
 HAK_CXX_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
-    hak_free_aligned_sized(p, alignment, size);
+    cxx_delete_sized(p, size, alignment);
 }
 HAK_CXX_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t size, size_t alignment) {
-    hak_free_aligned_sized(p, alignment, size);
+    cxx_delete_sized(p, size, alignment);
 }
 
 #endif

@@ -12,13 +12,6 @@
 #include "hakmem.h"
 #include "internal.h"
 
-// The inline free fast path; the debug build checks every free in full instead.
-#if defined(HAK_DEBUG)
-#define HAK_FREE_FAST_PATH 0
-#else
-#define HAK_FREE_FAST_PATH 1
-#endif
-
 // The secure build's tail canary: the last word of every block of a size class holds a value
 // made of a secret and the block's address while the block is allocated (usable sizes are a
 // word shorter), and every free checks it. An overflow out of a block crosses it before it
@@ -215,6 +208,20 @@ static HAK_NOINLINE void free_other(void *p) {
     if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
     free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
 }
+
+// A free into a small page (64 KiB): the descriptor index is address bits 16-20.
+static inline __attribute__((always_inline)) void free_small_page(void *p) {
+    uintptr_t a = (uintptr_t)p;
+    hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 10) & 0x7c0));
+    if (HAK_LIKELY(free_fast(page, p, 0))) return;
+    free_miss(p, page, hak_tls_heap, HAK_PAGE_SIZE - 1);
+}
+
+// A block its caller says lies on a small page (internal.h: HAK_SIZED_SMALL_MAX): no registry
+// byte read.
+HAK_HOT_ALIGN void hak_free_small(void *p) {
+    free_small_page(p);
+}
 #endif
 
 HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
@@ -224,10 +231,7 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
     if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
         // HAK_REGISTRY_PEEK: a plain byte read (internal.h).
         if (HAK_LIKELY(HAK_REGISTRY_PEEK(chunk) == HAK_REG_SMALL)) {
-            // Small pages (64 KiB): the descriptor index is address bits 16-20.
-            hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 10) & 0x7c0));
-            if (HAK_LIKELY(free_fast(page, p, 0))) return;
-            free_miss(p, page, hak_tls_heap, HAK_PAGE_SIZE - 1);
+            free_small_page(p);
             return;
         }
         // Medium pages inline as well (the mid sizes of SmallObject v3); the byte is read again
@@ -531,13 +535,14 @@ HAK_EXPORT int hak_malloc_trim(size_t pad) {
     return dropped != 0;
 }
 
-// Sized frees (C23 free_sized and free_aligned_sized, C++ sized delete: cxx.c). The debug
-// build checks the size against the block, as a mismatched delete (through a pointer to the
-// wrong type, of an array as an object) is a bug like an invalid free: it must fit the block,
-// and for an unaligned allocation be more than about half of it (a smaller size would have had
-// a smaller block: size classes are at most twice apart, large blocks a page). The fast path
-// has no use for the size: the address alone finds the page by shift and mask.
-#ifdef HAK_DEBUG
+// Sized frees (C23 free_sized and free_aligned_sized, C++ sized delete: cxx.c). The debug and
+// secure builds check the size against the block, as a mismatched delete (through a pointer to
+// the wrong type, of an array as an object) is a bug like an invalid free: it must fit the
+// block, and for an unaligned allocation be more than about half of it (a smaller size would
+// have had a smaller block: size classes are at most twice apart, large blocks a page). The
+// other builds trust it: a block of at most HAK_SIZED_SMALL_MAX bytes goes straight to its
+// small page (hak_free_small), anything else through hak_free.
+#if !HAK_SIZED_FREE_TRUSTED
 static void check_free_size(const char *func, void *p, size_t size, int aligned) {
     if (!p) return;
     size_t usable = checked_usable_size(func, p);
@@ -549,12 +554,19 @@ static void check_free_size(const char *func, void *p, size_t size, int aligned)
 #endif
 
 HAK_EXPORT void hak_free_sized(void *p, size_t size) {
+    if (hak_sized_free_small(p, size, 0)) {
+        hak_free_small(p);
+        return;
+    }
     check_free_size("free_sized", p, size, 0);
     hak_free(p);
 }
 
 HAK_EXPORT void hak_free_aligned_sized(void *p, size_t alignment, size_t size) {
-    (void)alignment;
+    if (hak_sized_free_small(p, size, alignment)) {
+        hak_free_small(p);
+        return;
+    }
     check_free_size("free_aligned_sized", p, size, 1);
     hak_free(p);
 }

@@ -5,6 +5,7 @@
 // (no lock: a fork child finds it whole); the region's registry byte (HAK_REG_ZERO) sends its
 // frees here. When every slot is taken, malloc(0) falls back to the smallest class.
 #include <errno.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "internal.h"
@@ -64,7 +65,7 @@ void hak_zero_free(const char *func, void *p) {
     uint64_t bit = 1ull << (slot % 64);
     if (!(atomic_load_explicit(&zero_taken[slot / 64], memory_order_relaxed) & bit))
         hak_fatal_pointer(func, "double free", p);
-    if (func[0] == 'f')
+    if (strcmp(func, "free") == 0) // (free_sized checks the block, then frees it as free)
         atomic_fetch_and_explicit(&zero_taken[slot / 64], ~bit, memory_order_relaxed);
 }
 #endif

@@ -1,8 +1,10 @@
 // test_cxx: C++'s allocation functions reach libhakmem in every form the standard library
 // declares (plain, array, nothrow, aligned, sized, and their combinations), with C++'s failure
 // semantics: the new_handler is called until it gives up, then std::bad_alloc is thrown, and
-// the nothrow forms return nullptr. The debug build checks the size a sized delete passes: a
-// delete through a pointer of the wrong type aborts like an invalid free. Also C23's
+// the nothrow forms return nullptr. The debug and secure builds check the size a sized delete
+// passes: a delete through a pointer of the wrong type aborts like an invalid free; the fast
+// build trusts it (a block of at most 8 KiB goes straight to its page): sizes and alignments
+// at that bound, and sized deletes from another thread, must free exactly. Also C23's
 // free_sized and free_aligned_sized. Under glibc (the dynamic binary without LD_PRELOAD) it
 // checks the semantics only: libstdc++ implements them there.
 #include <cerrno>
@@ -14,6 +16,7 @@
 #include <initializer_list>
 #include <malloc.h>
 #include <new>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,6 +92,60 @@ static void test_forms() {
         void *aligned_plain = ::operator new(n, std::align_val_t(32));
         ::operator delete(aligned_plain, std::align_val_t(32));
     }
+}
+
+// Sized deletes at the bound below which the fast build trusts the size (8 KiB, alignment
+// 4 KiB: a small page), on both sides of it, from this thread and from another one; then the
+// same blocks again: a block freed to the wrong list would be handed out twice.
+static void *sized_blocks[3][4][16];
+static const size_t sized_sizes[3] = {8191, 8192, 8193};
+static const size_t sized_aligns[4] = {16, 64, 4096, 8192};
+static void sized_alloc_all() {
+    for (int s = 0; s < 3; s++)
+        for (int a = 0; a < 4; a++)
+            for (int i = 0; i < 16; i++) {
+                sized_blocks[s][a][i] =
+                    ::operator new(sized_sizes[s], std::align_val_t(sized_aligns[a]));
+                std::memset(sized_blocks[s][a][i], s * 4 + a, sized_sizes[s]);
+            }
+}
+static void *sized_delete_all(void *) {
+    for (int s = 0; s < 3; s++)
+        for (int a = 0; a < 4; a++)
+            for (int i = 0; i < 16; i++)
+                ::operator delete(sized_blocks[s][a][i], sized_sizes[s],
+                                  std::align_val_t(sized_aligns[a]));
+    return nullptr;
+}
+static void test_sized_bounds() {
+    for (int round = 0; round < 4; round++) {
+        sized_alloc_all();
+        if (round % 2) {
+            pthread_t thread;
+            CHECK(pthread_create(&thread, nullptr, sized_delete_all, nullptr) == 0);
+            pthread_join(thread, nullptr);
+        } else {
+            sized_delete_all(nullptr);
+        }
+    }
+    // Every block handed out once: distinct addresses, none overlapping another.
+    sized_alloc_all();
+    int overlaps = 0;
+    for (int s = 0; s < 3; s++)
+        for (int a = 0; a < 4; a++)
+            for (int i = 0; i < 16; i++) {
+                unsigned char *p = (unsigned char *)sized_blocks[s][a][i];
+                CHECK((uintptr_t)p % sized_aligns[a] == 0);
+                for (size_t k = 0; k < sized_sizes[s]; k += 512)
+                    overlaps += p[k] != (unsigned char)(s * 4 + a);
+            }
+    CHECK(overlaps == 0);
+    sized_delete_all(nullptr);
+    for (size_t n = 0; n <= 9000; n += 97) { // every size the trusted path takes, and beyond
+        void *p = ::operator new(n);
+        ::operator delete(p, n);
+    }
+    ::operator delete(nullptr, (size_t)8);
 }
 
 static int handler_calls;
@@ -182,6 +239,14 @@ static void test_c23() {
     void *p = std::malloc(40000);
     free_sized(p, 1000);
 }
+[[maybe_unused]] static void delete_aligned_too_large() {
+    void *p = ::operator new(100, std::align_val_t(64));
+    ::operator delete(p, 6000, std::align_val_t(64));
+}
+[[maybe_unused]] static void delete_small_as_large() { // a size the fast build trusts is wrong
+    void *p = ::operator new(40000);
+    ::operator delete(p, 64);
+}
 
 int main() {
     bool ours = hakmem_new();
@@ -189,11 +254,14 @@ int main() {
     test_forms();
     test_failure();
     test_c23();
-#ifdef HAKTEST_DEBUG_BUILD
+    test_sized_bounds();
+#if defined(HAKTEST_DEBUG_BUILD) || defined(HAKTEST_SECURE_BUILD)
     CHECK(ours);
     CHECK(aborts_with_size_message(delete_too_large));
     CHECK(aborts_with_size_message(delete_too_small));
     CHECK(aborts_with_size_message(free_sized_wrong));
+    CHECK(aborts_with_size_message(delete_aligned_too_large));
+    CHECK(aborts_with_size_message(delete_small_as_large));
 #endif
 #ifdef HAKTEST_LINKS_HAKMEM
     CHECK(ours);
