@@ -554,19 +554,24 @@ static void check_free_size(const char *func, void *p, size_t size, int aligned)
 #endif
 
 HAK_EXPORT void hak_free_sized(void *p, size_t size) {
+#if HAK_SIZED_FREE_TRUSTED
     if (hak_sized_free_small(p, size, 0)) {
         hak_free_small(p);
         return;
     }
+#endif
     check_free_size("free_sized", p, size, 0);
     hak_free(p);
 }
 
 HAK_EXPORT void hak_free_aligned_sized(void *p, size_t alignment, size_t size) {
+    (void)alignment; // (the checked builds check the size alone)
+#if HAK_SIZED_FREE_TRUSTED
     if (hak_sized_free_small(p, size, alignment)) {
         hak_free_small(p);
         return;
     }
+#endif
     check_free_size("free_aligned_sized", p, size, 1);
     hak_free(p);
 }
