@@ -631,8 +631,9 @@ void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 //                  the direct page (returned), or NULL
 //   adopt          take over one abandoned superslab with room for the class (its pages join
 //                  the queues); 0 if none
-//   new_page       a fresh page from the heap's superslabs (or a new superslab), carved by
-//                  carve_bytes, made head and direct page; NULL when out of memory
+//   new_page       a fresh page from a free slot of the heap's superslabs (or, if may_map, of
+//                  a new superslab), carved by carve_bytes, made head and direct page; NULL
+//                  when there is none (or out of memory)
 //   install_page   make a page with free blocks (on no list) the head and direct page
 //   detach_page    take a page off its queue or the full list
 //   release_page   give a detached empty page back to its superslab (and an empty superslab
