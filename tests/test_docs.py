@@ -56,6 +56,11 @@ def all_docs():
     return [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
 
 
+def pointing_docs():
+    """Every Markdown file whose pointers are checked: the docs and the reports in results/."""
+    return all_docs() + sorted((ROOT / "results").glob("*.md"))
+
+
 def dated_lines(text):
     """(line number, kind, line) for each line of `text` that reads as a dated log."""
     kinds = {}
@@ -170,13 +175,13 @@ def test_detector_sees_a_dated_log():
         assert not dated_lines(manual), manual
 
 
-@pytest.mark.parametrize("path", all_docs(), ids=rel)
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
 def test_relative_links_resolve(path):
     broken = [t for t in relative_links(path.read_text()) if t and not (path.parent / t).exists()]
     assert not broken, f"{rel(path)} links to missing files: {broken}"
 
 
-@pytest.mark.parametrize("path", all_docs(), ids=rel)
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
 def test_anchors_resolve(path):
     broken = broken_anchors(path)
     assert not broken, f"{rel(path)} links to missing headings: {broken}"
@@ -193,7 +198,7 @@ def test_a_broken_anchor_is_reported(tmp_path):
     assert broken_anchors(page) == ["guide.md#large-blocks", "#there"]
 
 
-@pytest.mark.parametrize("path", all_docs() + sorted((ROOT / "results").glob("*.md")), ids=rel)
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
 def test_quoted_section_names_exist(path):
     stale = stale_section_names(path)
     assert not stale, f"{rel(path)} names sections its targets no longer have: {stale}"
