@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from hakbench.commands import resume_alone
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
 from hakbench.engine import engine, interrupts
+from hakbench.engine.cells import make_cell
 from hakbench.engine.meta import command_line
 from hakbench.engine.store import default_run_dir, read_json
 from hakbench.experiments import calibrate as cal

@@ -92,7 +92,7 @@ def reference_key(workload) -> str:
 
 def reference_hash(workload, timeout: float) -> tuple[str | None, str | None]:
     """(hash of the output under glibc, error) for ``workload``, cached per definition."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     def under_glibc():
         cell = make_cell("system", workload)

@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hakbench.collect.harness import parse_harness_output
-from hakbench.collect.perfstat import parse_perf_csv, probe_perf
+from hakbench.collect.perfstat import parse_perf_csv
+from hakbench.engine.probes import probe_perf
 from hakbench.engine.process import run_captured
 
 BLIND_SPOTS = (

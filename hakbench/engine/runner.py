@@ -47,8 +47,9 @@ from pathlib import Path
 
 from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_harness_output
-from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv, probe_perf
+from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv
 from hakbench.core.metrics import PERF_EVENTS, PERF_NS_EVENTS
+from hakbench.engine.probes import probe_perf
 from hakbench.engine.process import Launch, new_sample, signal_name, spawn, tail, wait_group
 from hakbench.engine.reference import cache_key, cached, program_identity
 
@@ -293,7 +294,7 @@ def run_sample(
 def reference_checksum(cell, args, timeout: float) -> tuple[str | None, str | None]:
     """(the checksum ``cell``'s program prints under glibc with these arguments, error);
     computed once per program build and arguments (hakbench.engine.reference)."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     argv, _ = cell.command(args)
     key = cache_key(f"harness-{cell.workload.name}", [program_identity(argv[0]), argv[1:]])

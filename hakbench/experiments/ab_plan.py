@@ -11,10 +11,11 @@ import hashlib
 from dataclasses import asdict
 from pathlib import Path
 
-from hakbench.core.cell import Cell, make_cell
+from hakbench.core.cell import Cell
 from hakbench.core.errors import UsageError
 from hakbench.core.profiles import expand_workloads, resolve_workload
 from hakbench.engine import engine
+from hakbench.engine.cells import make_cell
 from hakbench.engine.meta import collect_meta
 from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
@@ -137,7 +138,8 @@ def check_set_types(spec: ABSpec) -> None:
     types before any revision is built (each side's build checks its own table again, and
     the options it alone has)."""
     from hakbench.core import paths
-    from hakbench.core.profiles import load_options, validate_env
+    from hakbench.core.profiles import validate_env
+    from hakbench.engine.probes import load_options
 
     if not spec.sets or not paths.options_binary().exists():
         return

@@ -80,7 +80,7 @@ def make_matrix_cells(
     spec: MatrixSpec, *, build: Path | None = None
 ) -> tuple[list[MatrixCell], list[Skipped]]:
     """Runnable cells, and the ones skipped because their allocator is not installed/built."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     cells: list[MatrixCell] = []
     skipped: list[Skipped] = []

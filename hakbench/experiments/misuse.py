@@ -16,7 +16,6 @@ and the scorecard judge FAILED when the process dies (``-w @misuse`` says so).
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from hakbench.core import paths, suites
 from hakbench.core.allocators import Allocator, resolve_allocator
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.core.procenv import clean_env
+from hakbench.engine import process
 from hakbench.experiments.misuse_suite import (
     SuiteProbes,
     open_suite,
@@ -72,9 +72,9 @@ def list_patterns(build: Path | None = None) -> list[str]:
     probe = probe_path(build)
     if not probe.exists():
         raise UsageError(f"{probe} not built (run `make build`)")
-    r = subprocess.run([str(probe), "--list"], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise MeasurementError(f"{probe} --list failed: exit {r.returncode}")
+    r = process.run([str(probe), "--list"], timeout=30)
+    if not r.ok:
+        raise MeasurementError(f"{probe} --list failed: {r.error or f'exit {r.returncode}'}")
     return [line for line in r.stdout.splitlines() if line]
 
 
