@@ -16,8 +16,8 @@ from hakbench.core.errors import UsageError
 from hakbench.core.profiles import expand_workloads, resolve_workload
 from hakbench.engine import engine
 from hakbench.engine.cells import make_cell
+from hakbench.engine.launch import Launch
 from hakbench.engine.meta import collect_meta
-from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
 from hakbench.engine.schedule import ab_schedule
 from hakbench.experiments.ab_spec import (
