@@ -108,8 +108,9 @@ def _plan(spec: ABSpec, command) -> tuple:
     """The spec resolved: its builds, cells and layouts, and the run's meta.json.
     -> (spec with its layouts, cells, layouts, meta, shas)"""
     ab_plan.check_layouts(spec)  # before any revision is built
-    builds, shas = ab_plan.resolve_builds(spec)
-    with_why = ab_plan.check_spec_why(spec, builds)
+    wls = ab_plan.workloads_of(spec)  # resolved once, handed down
+    builds, shas = ab_plan.resolve_builds(spec, wls)
+    with_why = ab_plan.check_spec_why(spec, builds, wls)
     cells = {w: ab for w, (ab, _) in with_why.items()}
     spec = ab_plan.resolve_layouts(spec, cells)  # K a side, before anything is recorded
     layouts = ab_plan.layout_cells(spec, cells)
@@ -187,7 +188,9 @@ def _result(run: _Run, samples: list[dict], engaged: dict, meta: dict, shas, per
         unavailable=unmeasured(samples),
         perf_counters=perf_counter_table(samples, list(cells)),
         perf_note=perf_note,
-        noise_warning=ab_plan.noise_warning_for(spec),
+        noise_warning=ab_plan.noise_warning_for(
+            spec, {w: b.workload for w, (_, b) in cells.items()}
+        ),
         load=meta["load"],
         iterations=meta["iterations"],
         shas=shas,
