@@ -119,6 +119,10 @@ def test_no_process_is_started_outside_the_engine():
     assert outside == {}, "start processes with hakbench.engine.process (run, streaming, spawn)"
 
 
+def test_the_scripts_start_processes_through_the_launcher_too():
+    assert uses_in(ROOT.parent / "scripts") == {}
+
+
 def test_the_engine_starts_processes_in_its_launcher_only():
     engine = {p for p in uses_in(ROOT) if p.startswith("engine/")}
     assert engine - ENGINE_PENDING == LAUNCHER
