@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,13 +98,6 @@ class SoakRun:
     def total_ops(self) -> int:
         ops = self.harness.get("ops")
         return int(ops) if isinstance(ops, int) else sum(int(e["ops"] or 0) for e in self.epochs)
-
-
-def signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def _soak_env(target: SoakTarget, stats_file: Path | None) -> dict:
@@ -200,7 +192,7 @@ def _judge_end(run: SoakRun, planned: int, interrupted: bool, timed_out: bool) -
     elif timed_out:
         run.status, run.cause = "timeout", f"did not finish in time and was stopped {seen}"
     elif rc is not None and rc < 0:
-        run.status, run.cause = "crashed", f"killed by {signal_name(rc)} {seen}"
+        run.status, run.cause = "crashed", f"killed by {process.signal_name(-rc)} {seen}"
     elif rc:
         run.status, run.cause = "crashed", f"exited with status {rc} {seen}"
     elif run.harness.get("throughput") is None:
