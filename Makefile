@@ -38,7 +38,7 @@ C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness
 # ($$HAKBENCH_MIMALLOC_BENCH, else a clone at the pinned commit into build/suites/src/,
 # from MIMALLOC_BENCH_URL when set: a local mirror), built with cmake into build/suites/.
 suites: setup
-	@$(VPY) -m hakbench.core.suites $(MIMALLOC_BENCH_URL)
+	@$(VPY) -m hakbench.engine.suite_build $(MIMALLOC_BENCH_URL)
 
 # system packages first (python3-venv among them), then .venv (made again when an interrupted
 # or failed run left it half-made), then actionlint: scripts/setup.sh

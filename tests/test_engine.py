@@ -436,7 +436,7 @@ def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_pat
 def test_a_calibration_resume_elsewhere_is_one_line_exit_2(kind, scratch, tmp_path, monkeypatch):
     """calibrate --sequential and --run-length resume like the others: refused in one line,
     exit 2, on another machine or tree (the stored run is made as the command makes it)."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
     out = tmp_path / kind
