@@ -13,11 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hakbench.experiments.gate import load_gate, scaled_workload  # noqa: E402
 from hakbench.core.procenv import clean_env  # noqa: E402
 from hakbench.core.profiles import resolve_profile, resolve_workload  # noqa: E402
 from hakbench.engine import process  # noqa: E402
-
+from hakbench.experiments.gate import load_gate, scaled_workload  # noqa: E402
 
 TIMEOUT_S = 600  # one training process (seconds at the gate's scale): a hang must not hang make
 
