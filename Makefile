@@ -8,6 +8,7 @@
 #                results/ must regenerate identically from results/scorecard/) + the
 #                instruction and page-fault gate (exact Ir/op and minor faults of
 #                libhakmem vs results/scorecard/gate.json)
+#   make test-slow  what .ci/run adds: the C tests' whole profile matrix + the slow tests
 #   make fuzz    the differential fuzzer of the malloc API against the debug build, each
 #                profile in turn, fresh seeds (FUZZ_SECONDS=60 in all, FUZZ_PROFILES=...)
 SHELL := /bin/bash
@@ -31,13 +32,13 @@ HAKBENCH := $(VENV)/bin/hakbench
 C_SOURCES := allocator/src/*.c allocator/include/*.h allocator/tools/*.c harness/*.c harness/*.cc harness/*.h allocator/tests/*.c allocator/tests/*.cc allocator/tests/*.h \
     hakbench/native/*.c
 
-.PHONY: setup build demo test fuzz test-c test-py lint format clean bench-alloc suites test-slurm fresh-debian
+.PHONY: setup build demo test test-slow fuzz test-c test-py lint format clean bench-alloc suites test-slurm fresh-debian
 
 # mimalloc-bench for `-w @mimalloc-bench` (docs/suites.md): the checkout hakbench finds
 # ($$HAKBENCH_MIMALLOC_BENCH, else a clone at the pinned commit into build/suites/src/,
 # from MIMALLOC_BENCH_URL when set: a local mirror), built with cmake into build/suites/.
 suites: setup
-	@$(VPY) -m hakbench.core.suites $(MIMALLOC_BENCH_URL)
+	@$(VPY) -m hakbench.engine.suite_build $(MIMALLOC_BENCH_URL)
 
 # system packages first (python3-venv among them), then .venv (made again when an interrupted
 # or failed run left it half-made), then actionlint: scripts/setup.sh
@@ -49,8 +50,12 @@ build: allocator harness pgo
 demo: setup build
 	$(HAKBENCH) ab --profile BALANCED --baseline C7_SAFE -w burst -w mixed --max-time 30 --perf-runs 1
 
-test: setup build
-	$(MAKE) --no-print-directory test-c
+# compiling is parallel (the tests run their own jobs)
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+
+test: setup
+	$(MAKE) --no-print-directory -j$(NPROC) build
+	$(MAKE) --no-print-directory -j$(NPROC) test-c
 	$(MAKE) --no-print-directory test-py
 	$(MAKE) --no-print-directory lint
 	$(HAKBENCH) scorecard --check
@@ -64,6 +69,15 @@ test-c: test-allocator
 
 test-py: setup build
 	$(VPY) -m pytest -q -n 2 --dist loadgroup tests
+
+# .ci/run and the pull-request workflow, after make test: what is too slow for it, the C
+# tests' whole profile matrix (every test under every profile, optimised and sanitized) and
+# the tests marked slow (bisect end to end, the dashboard in a browser, the statistical
+# rules' long simulations, every command under every signal, the stress memory bounds)
+test-slow: setup
+	$(MAKE) --no-print-directory -j$(NPROC) build
+	$(MAKE) --no-print-directory -j$(NPROC) test-allocator-full
+	HAKBENCH_SLOW=1 $(VPY) -m pytest -q -n 2 --dist loadgroup -m slow tests
 
 # .ci/run, after make test: a sharded matrix as a Slurm array job on a one-node cluster of
 # this machine (tests/test_slurm.py), and make demo + make test on a fresh Debian 12 chroot

@@ -7,16 +7,18 @@ Runs with the system python3 (stdlib only; hakbench's profile and workload code 
 imported from the tree), so `make build` does not need the venv.
 """
 
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hakbench.experiments.gate import load_gate, scaled_workload  # noqa: E402
 from hakbench.core.procenv import clean_env  # noqa: E402
 from hakbench.core.profiles import resolve_profile, resolve_workload  # noqa: E402
+from hakbench.engine import process  # noqa: E402
+from hakbench.experiments.gate import load_gate, scaled_workload  # noqa: E402
+
+TIMEOUT_S = 600  # one training process (seconds at the gate's scale): a hang must not hang make
 
 
 def main(build: Path) -> int:
@@ -27,9 +29,10 @@ def main(build: Path) -> int:
         for name in spec.workloads:
             w = scaled_workload(resolve_workload(name), spec.scale)
             argv = [str(build / "bench" / w.program), *w.args]
-            r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if r.returncode != 0:
-                print(f"pgo-train: {profile} {name} failed: {r.stderr.decode()[-500:]}")
+            r = process.run(argv, env=env, timeout=TIMEOUT_S)
+            if not r.ok:
+                why = r.error or ("timed out" if r.timed_out else r.stderr[-500:])
+                print(f"pgo-train: {profile} {name} failed: {why}")
                 return 1
     n = len(list((build / "obj" / "pgo-gen").glob("*.gcda")))
     print(f"pgo-train: {len(spec.profiles)} profiles x {len(spec.workloads)} workloads, {n} profiles")

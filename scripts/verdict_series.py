@@ -28,15 +28,17 @@ import math
 import os
 import random
 import shlex
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hakbench.engine import process  # noqa: E402
+
 PY = [sys.executable, "-m", "hakbench"]
+CALL_TIMEOUT_S = 24 * 3600  # one ab call: its own budget ends it long before
 
 
 def load1() -> float:
@@ -50,12 +52,11 @@ class Busy:
         self.proc = None
         if cmd:
             loop = f"while :; do {cmd} >/dev/null 2>&1; done"
-            self.proc = subprocess.Popen(["sh", "-c", loop], start_new_session=True)
+            self.proc = process.spawn(["sh", "-c", loop], dict(os.environ))
 
     def stop(self) -> None:
         if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            process.kill_group(self.proc)
 
 
 def run(args) -> None:
@@ -75,7 +76,7 @@ def run(args) -> None:
                     continue
                 argv = [*PY, "ab", *shlex.split(conditions[name]), "--out", str(d)]
                 start, l0 = time.time(), load1()
-                r = subprocess.run(argv, capture_output=True, text=True)
+                r = process.run(argv, timeout=CALL_TIMEOUT_S)
                 row = {
                     "condition": name,
                     "trial": trial,

@@ -257,7 +257,8 @@ def test_set_of_a_bad_boolean_is_refused_before_anything_runs(tmp_path):
 )
 def test_set_values_are_checked_against_the_options_table_type(setting, ok):
     from hakbench.core.errors import UsageError
-    from hakbench.core.profiles import load_options, parse_sets, validate_env
+    from hakbench.core.profiles import parse_sets, validate_env
+    from hakbench.engine.probes import load_options
 
     if not (BUILD / "bin" / "hakmem-options").exists():
         pytest.skip("make build first")

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
+from hakbench.engine.cells import make_cell
 
 OPTIONS = [
     {

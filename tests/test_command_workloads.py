@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.core import allocators
 from hakbench.core.allocators import find_library, resolve_allocator
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
 from hakbench.core.inputs import GENERATORS, generate, input_path
 from hakbench.core.profiles import expand_workloads, load_workloads, parse_workload
+from hakbench.engine.cells import make_cell
 from hakbench.engine.runner import run_sample
 from hakbench.experiments.matrix_spec import expand_coords, parse_matrix
 

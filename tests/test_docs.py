@@ -2,8 +2,11 @@
 
 A guide says how things work now and how to use them; what was measured when goes into a
 lab-notebook file (docs/notebook/<date>-<topic>.md) that the guide links where a claim
-rests on it. These tests keep timestamps and "measured on <date>" logs out of the manuals
-and every relative link in the docs pointing at a file that exists.
+rests on it. These tests keep timestamps and "measured on <date>" logs out of the manuals,
+and every pointer in the docs pointing at something that exists: a relative link at a file,
+its `#anchor` at a heading of that file, and a section named in quotes after a file's name
+(`docs/allocator.md, "Remote free"`) at text of that file, so that moving a section between
+a guide and the notebook cannot leave a reader at a dead end.
 """
 
 import re
@@ -15,10 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 NOTEBOOK = DOCS / "notebook"
 
-# Guides still being split into manual and notebook (issue #41, item 3): another engineer
-# is editing them, so they are exempt until that lands. Remove a name once its dated logs
-# have moved to docs/notebook/.
-PENDING = {"allocator.md", "experiments.md"}
+# Guides exempt from the dated-log check while being split into manual and notebook. Empty:
+# every guide is a manual now (issue #41); a name here must be a real file in docs/.
+PENDING = set()
 
 # What a dated log looks like, as opposed to a manual's sentence.
 DATED = [
@@ -37,6 +39,13 @@ DATED = [
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
+# A section named in quotes after a file: `docs/allocator.md, "Remote free"`,
+# `[docs/measuring.md](docs/measuring.md), "Reading a verdict"`, `allocator.md ("Stats")`.
+QUOTED_SECTION = re.compile(
+    r"((?:docs/|results/)?(?:notebook/)?[\w.-]+\.md)`?\]?(?:\([^)\s]*\))?`?,?\s+\(?"
+    r"(?:end of\s+)?\"([^\"]+)\""
+)
+
 
 def manuals():
     """README.md and the guides in docs/ (not the notebook), minus the pending ones."""
@@ -45,6 +54,11 @@ def manuals():
 
 def all_docs():
     return [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+
+
+def pointing_docs():
+    """Every Markdown file whose pointers are checked: the docs and the reports in results/."""
+    return all_docs() + sorted((ROOT / "results").glob("*.md"))
 
 
 def dated_lines(text):
@@ -93,6 +107,37 @@ def anchors(text):
     return out
 
 
+def broken_anchors(path):
+    """Relative links of `path` whose #anchor names no heading of the target Markdown file."""
+    broken = []
+    for target in relative_targets(path.read_text()):
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file) if file else path
+        if anchor and dest.suffix == ".md" and dest.is_file():
+            if anchor not in anchors(dest.read_text()):
+                broken.append(target)
+    return broken
+
+
+def _plain(text):
+    return " ".join(re.sub(r"[`*]", "", text).lower().split())
+
+
+def _named_file(path, name, root):
+    bases = [root] if name.startswith(("docs/", "results/")) else [path.parent, root / "docs", root]
+    return next((base / name for base in bases if (base / name).is_file()), None)
+
+
+def stale_section_names(path, root=ROOT):
+    """(file, "section") pairs that `path` names in quotes and that file no longer contains."""
+    stale = []
+    for m in QUOTED_SECTION.finditer(path.read_text()):
+        target = _named_file(path, m.group(1), root)
+        if target is not None and _plain(m.group(2)) not in _plain(target.read_text()):
+            stale.append((m.group(1), " ".join(m.group(2).split())))
+    return stale
+
+
 def rel(path):
     return str(path.relative_to(ROOT))
 
@@ -130,22 +175,48 @@ def test_detector_sees_a_dated_log():
         assert not dated_lines(manual), manual
 
 
-@pytest.mark.parametrize("path", all_docs(), ids=rel)
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
 def test_relative_links_resolve(path):
     broken = [t for t in relative_links(path.read_text()) if t and not (path.parent / t).exists()]
     assert not broken, f"{rel(path)} links to missing files: {broken}"
 
 
-@pytest.mark.parametrize("path", all_docs(), ids=rel)
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
 def test_anchors_resolve(path):
-    broken = []
-    for target in relative_targets(path.read_text()):
-        file, _, anchor = target.partition("#")
-        dest = (path.parent / file) if file else path
-        if anchor and dest.suffix == ".md" and dest.is_file():
-            if anchor not in anchors(dest.read_text()):
-                broken.append(target)
+    broken = broken_anchors(path)
     assert not broken, f"{rel(path)} links to missing headings: {broken}"
+
+
+def test_a_broken_anchor_is_reported(tmp_path):
+    (tmp_path / "guide.md").write_text("# Guide\n## Remote free\ntext\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n## Here\n[ok](guide.md#remote-free) [gone](guide.md#large-blocks)\n"
+        "[local](#here) [local gone](#there) [file only](guide.md)\n"
+        "```\n[in a fence](guide.md#nowhere)\n```\n"
+    )
+    assert broken_anchors(page) == ["guide.md#large-blocks", "#there"]
+
+
+@pytest.mark.parametrize("path", pointing_docs(), ids=rel)
+def test_quoted_section_names_exist(path):
+    stale = stale_section_names(path)
+    assert not stale, f"{rel(path)} names sections its targets no longer have: {stale}"
+
+
+def test_a_stale_section_name_is_reported(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text(
+        "# Guide\n## Remote free\n- **Spans from chunks** (speed-first).\n"
+    )
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(
+        'See docs/guide.md, "Remote free", and guide.md ("Spans from\nchunks"); but\n'
+        'docs/guide.md, "Where the three memory workloads stand" moved to the notebook.\n'
+    )
+    assert stale_section_names(page, root=tmp_path) == [
+        ("docs/guide.md", "Where the three memory workloads stand")
+    ]
 
 
 def test_anchor_slugs_follow_github():

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from hakbench.cli import main
 from hakbench.collect.allocstats import counter
 from hakbench.core import paths
-from hakbench.core.cell import make_cell
-from hakbench.core.profiles import load_options
+from hakbench.engine.cells import make_cell
+from hakbench.engine.probes import load_options
 from hakbench.engine.runner import run_sample
 
 pytestmark = pytest.mark.skipif(

@@ -94,11 +94,20 @@ def _complete_lines(path: Path) -> str:
     return text[: text.rfind("\n") + 1]
 
 
+SIGNALS = [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP]
+
+
+def signal_cases():
+    """Every command under every signal; make test takes one signal per command, in turn (each
+    signal and each command covered), the rest are marked slow (.ci/run)."""
+    for i, command in enumerate(COMMANDS):
+        for j, sig in enumerate(SIGNALS):
+            marks = () if j == i % len(SIGNALS) else (pytest.mark.slow,)
+            yield pytest.param(command, sig, marks=marks, id=f"{command}-{sig.name}")
+
+
 @needs_harness
-@pytest.mark.parametrize(
-    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name
-)
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize(("command", "sig"), list(signal_cases()))
 def test_a_signal_at_a_random_moment_loses_nothing_and_resume_completes(
     command, sig, scratch, tmp_path
 ):
@@ -427,7 +436,7 @@ def test_a_resume_on_another_machine_or_tree_is_one_line_exit_2(scratch, tmp_pat
 def test_a_calibration_resume_elsewhere_is_one_line_exit_2(kind, scratch, tmp_path, monkeypatch):
     """calibrate --sequential and --run-length resume like the others: refused in one line,
     exit 2, on another machine or tree (the stored run is made as the command makes it)."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     monkeypatch.setenv("HAKBENCH_ROOT", str(scratch))
     out = tmp_path / kind

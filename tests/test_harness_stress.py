@@ -265,6 +265,7 @@ def peak_rss_kb(bench_dir, workload, preload, env):
     return int(result_of(bench_dir, workload.program, args, preload=preload, env=env)["maxrss_kb"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (PRELOADS["hakmem"].exists() and PRELOADS["mimalloc"].exists()),
     reason="needs libhakmem.so and Debian's mimalloc",

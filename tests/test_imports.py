@@ -165,3 +165,47 @@ def test_no_module_grows_past_a_few_hundred_lines():
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}, f"split by concern: {long}"
+
+
+# Issue 41: no function over ~80 lines. A longer one does several things in a row; name
+# each (a plan, a measurement, a verdict, a report section) as write_ab_report's sections,
+# run_ab's plan/open/measure/result and gate_cmd's measure/refresh/judge were.
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(source: str) -> dict[str, int]:
+    """function (Class.method for a method) -> its lines, for each longer than the limit."""
+    found = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = child.end_lineno - child.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    found[prefix + child.name] = n
+                visit(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, prefix + child.name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_long_functions_are_found():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES - 1))
+    short = f"def short():\n{body}\n"  # the limit exactly: def line + 79
+    long = f"class C:\n    def long(self):\n    {body.replace(chr(10), chr(10) + '    ')}\n"
+    long += "        return x0\n"
+    assert long_functions(short) == {}
+    assert long_functions(long) == {"C.long": MAX_FUNCTION_LINES + 1}
+
+
+def test_no_function_grows_past_eighty_lines():
+    long = {
+        f"{module_name(p)}.{name}": n
+        for p in ROOT.rglob("*.py")
+        for name, n in long_functions(p.read_text()).items()
+    }
+    assert long == {}, f"split into named pieces: {long}"

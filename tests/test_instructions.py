@@ -8,9 +8,9 @@ from click.testing import CliRunner
 
 from hakbench.cli import main
 from hakbench.core import paths
-from hakbench.core.cell import make_cell
 from hakbench.core.profiles import resolve_workload
 from hakbench.engine import instructions as ins
+from hakbench.engine.cells import make_cell
 from hakbench.engine.instructions import measure_instructions, parse_callgrind_total, pick_tool
 
 CALLGRIND_OUT = """\

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine.cells import make_cell
 from hakbench.engine.layouts import (
     PAD_SYMBOL,
     build_layouts,

@@ -166,6 +166,7 @@ def rate(results, *verdicts) -> float:
     return sum(r in verdicts for r in results) / len(results)
 
 
+@pytest.mark.slow
 def test_an_aa_between_layouts_is_rarely_go_or_no_go_and_the_plain_rule_often_is():
     rng = np.random.default_rng(29)
     widened = [simulated_call(rng, k=4, mu=0.0) for _ in range(300)]

@@ -18,7 +18,7 @@ from conftest import CHANCE
 
 from hakbench.cli import main
 from hakbench.core import suites
-from hakbench.engine import engine
+from hakbench.engine import engine, suite_build
 from hakbench.experiments import misuse, misuse_suite
 from hakbench.report.misuse_md import scorecard_section
 from hakbench.tables import misuse_suite_model
@@ -46,7 +46,7 @@ def _no_suite_from_the_caller(monkeypatch):
 
 @pytest.fixture(scope="module")
 def standin_build() -> Path:
-    return suites.ensure_built(STANDIN)
+    return suite_build.ensure_built(STANDIN)
 
 
 def invoke(out: Path, *args: str):
@@ -113,7 +113,7 @@ def test_glibc_and_libhakmem_by_the_not_caught_contract(standin_build, tmp_path)
     md = (out / "misuse.md").read_text()
     assert "| write_after_free | M | ✘ | ✘ |" in md and "## Our patterns" not in md
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["suite"]["commit"] == suites.suite_commit(STANDIN)
+    assert meta["suite"]["commit"] == suite_build.suite_commit(STANDIN)
     assert meta["suite"]["probes"] == misuse_suite_model.probe_order(wanted)
 
 

@@ -13,8 +13,8 @@ import pytest
 from test_harness import DETERMINISTIC, WORKLOADS, parse_result, run_bench
 
 from hakbench.collect.harness import parse_harness_output
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
+from hakbench.engine.cells import make_cell
 from hakbench.engine.process import Launch, spawn, started_as
 from hakbench.engine.runner import loop_metrics, run_sample
 

@@ -4,7 +4,7 @@ run, and usable everywhere the fast variant is."""
 import subprocess
 import sys
 
-from hakbench.core.cell import make_cell
+from hakbench.engine.cells import make_cell
 from hakbench.engine.runner import run_sample
 
 

@@ -88,6 +88,7 @@ def test_failed_build_raises_and_leaves_no_stamp_or_worktree(made_worktrees):
         shutil.rmtree(build_dir, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (has_file("HEAD", "allocator/allocator.mk") and has_file("HEAD", "harness/harness.mk")),
     reason="HEAD does not contain the allocator and harness yet",

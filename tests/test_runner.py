@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hakbench.core import paths
-from hakbench.core.cell import make_cell
+from hakbench.engine.cells import make_cell
 from hakbench.engine.runner import perf_usable, run_sample
 
 REAL_BENCH = Path(__file__).resolve().parents[1] / "build" / "bench"

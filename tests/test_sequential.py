@@ -63,12 +63,14 @@ def test_aa_false_go_or_no_go_at_most_5_percent():
     assert verdicts[GO] + verdicts[NO_GO] <= 0.05 * RUNS, verdicts
 
 
+@pytest.mark.slow
 def test_effect_of_one_and_a_half_thresholds_ends_no_go_within_budget():
     verdicts = Counter(v for v, _ in simulate(1.5 * DELTA, seed=8))
     assert verdicts[NO_GO] >= 0.95 * RUNS, verdicts
     assert verdicts[NEUTRAL] == 0, verdicts
 
 
+@pytest.mark.slow
 def test_effect_at_the_threshold_is_called_neutral_in_at_most_5_percent():
     """NEUTRAL is an equivalence test (TOST, each side at 5 %): a true change of exactly the
     threshold, the hardest case, may end NEUTRAL in at most 5 % of runs, however often the
@@ -77,6 +79,7 @@ def test_effect_at_the_threshold_is_called_neutral_in_at_most_5_percent():
     assert verdicts[NEUTRAL] <= 0.05 * RUNS, verdicts
 
 
+@pytest.mark.slow
 def test_equivalence_sequence_decides_an_aa_sooner_than_the_decision_sequence(monkeypatch):
     """Why NEUTRAL has its own sequence: at the pair counts an A/A needs on a loaded day (a
     spread of 0.1 was measured here with one core busy) it is narrower than the GO/NO-GO one,
@@ -99,11 +102,13 @@ def test_equivalence_sequence_decides_an_aa_sooner_than_the_decision_sequence(mo
     assert np.median(now) < 0.85 * np.median(before), (np.median(now), np.median(before))
 
 
+@pytest.mark.slow
 def test_effect_of_half_the_threshold_is_never_go_or_no_go():
     verdicts = Counter(v for v, _ in simulate(0.5 * DELTA, seed=9))
     assert verdicts[NEUTRAL] + verdicts[sq.INCONCLUSIVE] >= 0.95 * RUNS, verdicts
 
 
+@pytest.mark.slow
 def test_fixed_n_rule_rerun_after_every_batch_is_what_this_replaces():
     """The naive alternative, a fixed-n order-statistic CI checked after every batch, calls
     an A/A different far more often than 5 %: the reason for the confidence sequence."""

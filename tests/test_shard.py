@@ -95,6 +95,7 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_two_shards_merged_give_the_unsharded_summary(tmp_path, repo_root):
     """Same cells in the same order, the same sample counts, and the exact instruction
     counts equal to the unsharded run's; timed medians differ only by noise."""

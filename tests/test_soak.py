@@ -280,6 +280,7 @@ def _csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 @needs_bench_soak
 def test_soak_end_to_end_with_hakmem_and_glibc(tmp_path):
     out = tmp_path / "soak"

@@ -150,6 +150,7 @@ def test_a_side_that_fails_makes_the_verdict_failed_whatever_the_survivors_say()
     assert mixed.verdict == FAILED
 
 
+@pytest.mark.slow
 def test_fixed_count_neutral_is_controlled_across_the_workloads_of_a_call():
     """The family-wise false-NEUTRAL rate of a fixed-count call: every one of k = 8
     workloads truly changed by exactly the threshold (the hardest case for NEUTRAL). Judged

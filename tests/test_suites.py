@@ -19,6 +19,7 @@ from hakbench.cli import main
 from hakbench.core import suites
 from hakbench.core.errors import EXIT_SUITE
 from hakbench.core.profiles import expand_workloads, load_suite_workloads, load_workloads
+from hakbench.engine import suite_build
 from hakbench.experiments.ab_plan import default_max_time
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def _no_suite_from_the_caller(monkeypatch):
 
 @pytest.fixture(scope="module")
 def standin_build() -> Path:
-    return suites.ensure_built(STANDIN)
+    return suite_build.ensure_built(STANDIN)
 
 
 # ---- the suite definition ----
@@ -147,20 +148,20 @@ def test_option_beats_environment_beats_the_make_suites_clone(tmp_path, monkeypa
 def test_commit_of_a_git_checkout_a_dirty_one_and_a_plain_tree(tmp_path):
     suite = tmp_path / "suite"
     shutil.copytree(STANDIN, suite)
-    plain = suites.suite_commit(suite)
+    plain = suite_build.suite_commit(suite)
     assert plain.startswith("tree-")
     (suite / "bench" / "extra.c").write_text("int x;\n")
-    assert suites.suite_commit(suite) != plain  # the digest follows the files
+    assert suite_build.suite_commit(suite) != plain  # the digest follows the files
     git = ["git", "-C", str(suite), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    assert suites.suite_commit(suite) == head.strip()
+    assert suite_build.suite_commit(suite) == head.strip()
     (suite / "bench" / "extra.c").write_text("int y;\n")
-    assert suites.suite_commit(suite) == head.strip() + "+dirty"
+    assert suite_build.suite_commit(suite) == head.strip() + "+dirty"
     # a directory inside another checkout (the stand-in in this repository) is a tree
-    assert suites.suite_commit(STANDIN).startswith("tree-")
+    assert suite_build.suite_commit(STANDIN).startswith("tree-")
 
 
 # ---- building it ----
@@ -171,19 +172,19 @@ def test_the_lab_builds_the_checkout_out_of_tree_and_skips_absent_sources(standi
     assert PROGRAMS <= programs
     assert suites.skipped_targets(standin_build) == ["sh6bench"]  # its source is absent
     assert standin_build.parent == suites.default_cache_root()
-    assert suites.suite_commit(STANDIN) in standin_build.name
+    assert suite_build.suite_commit(STANDIN) in standin_build.name
     started = (standin_build / "hakbench-skip-missing.cmake").stat().st_mtime  # written first
     written = [p for p in STANDIN.rglob("*") if p.stat().st_mtime >= started]
     assert written == []  # nothing written into the checkout: every file predates the build
     stamp = json.loads((standin_build / suites.STAMP).read_text())
-    assert stamp["commit"] == suites.suite_commit(STANDIN)
-    assert suites.ensure_built(STANDIN) == standin_build  # reused, not rebuilt
+    assert stamp["commit"] == suite_build.suite_commit(STANDIN)
+    assert suite_build.ensure_built(STANDIN) == standin_build  # reused, not rebuilt
 
 
 def test_a_build_without_cmake_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(suites.SuiteBuildError, match="cmake not installed"):
-        suites.ensure_built(STANDIN, tmp_path / "cache")
+        suite_build.ensure_built(STANDIN, tmp_path / "cache")
 
 
 # ---- run and ab, end to end on the stand-in ----
@@ -199,7 +200,7 @@ def test_run_records_the_suite_its_commit_the_peers_and_thp(standin_build, tmp_p
     meta = json.loads((out / "meta.json").read_text())
     suite = meta["suites"]["mimalloc-bench"]
     assert suite["path"] == str(STANDIN)
-    assert suite["commit"] == suites.suite_commit(STANDIN)
+    assert suite["commit"] == suite_build.suite_commit(STANDIN)
     assert suite["build_dir"] == str(standin_build)
     assert suite["skipped_targets"] == ["sh6bench"]
     assert set(meta["reference_packages"]) >= {"libmimalloc2.0", "libjemalloc2"}
@@ -227,7 +228,7 @@ def test_ab_judges_each_program_and_its_peak_rss_guardrail(standin_build, tmp_pa
         v in ("GO", "NO-GO", "NEUTRAL", "INCONCLUSIVE") for v in summary["verdicts"].values()
     )
     assert "guardrail" in report.lower() and "maxrss_kb" in report
-    assert summary["suites"]["mimalloc-bench"]["commit"] == suites.suite_commit(STANDIN)
+    assert summary["suites"]["mimalloc-bench"]["commit"] == suite_build.suite_commit(STANDIN)
     # --resume takes the checkout's place beside it (a finished run: nothing to add)
     again = CliRunner().invoke(main, ["ab", "--resume", str(out), "--suite-dir", str(STANDIN)])
     assert again.exit_code == 0, again.output
@@ -276,7 +277,7 @@ def test_public_suites_section_is_stored_rendered_and_checked(standin_build, tmp
     scorecard_refresh.refresh(results, matrix=matrix, suite=True, allocators=(f"je={jemalloc}",))
     stored = results / scorecard.SUITE_STORED_DIR
     meta = json.loads((stored / "meta.json").read_text())
-    assert meta["suites"]["mimalloc-bench"]["commit"] == suites.suite_commit(STANDIN)
+    assert meta["suites"]["mimalloc-bench"]["commit"] == suite_build.suite_commit(STANDIN)
     md = (results / "SCORECARD.md").read_text()
     section = md[md.index("## Public suites: mimalloc-bench") :]
     assert "Refresh: `hakbench scorecard --refresh --suite`" in section
@@ -291,7 +292,7 @@ def test_public_suites_section_is_stored_rendered_and_checked(standin_build, tmp
 
 def test_make_suites_without_network_says_how_to_point_at_a_checkout(tmp_path, monkeypatch):
     monkeypatch.setattr(suites, "default_clone_dir", lambda: tmp_path / "clone")
-    assert suites.main([str(tmp_path / "no-such-mirror")]) == EXIT_SUITE
+    assert suite_build.main([str(tmp_path / "no-such-mirror")]) == EXIT_SUITE
     with pytest.raises(suites.SuiteMissingError, match="point hakbench at an existing checkout"):
-        suites.clone_pinned(str(tmp_path / "no-such-mirror"), tmp_path / "clone")
+        suite_build.clone_pinned(str(tmp_path / "no-such-mirror"), tmp_path / "clone")
     assert not (tmp_path / "clone").exists() and not (tmp_path / "clone.partial").exists()

@@ -3,7 +3,7 @@
 # combination (PASS/FAIL, seconds), and exits non-zero when any combination failed.
 #
 #   run_tests.sh [--build DIR] [--profiles LIST] [--variants LIST] [--matrix-variants LIST]
-#                [--tests LIST]
+#                [--tests LIST] [--matrix-tests LIST]
 #
 #   --profiles  space-separated env profiles: `default` (no settings) or comma-joined
 #               assignments, e.g. "default HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,HAKMEM_X=1"
@@ -14,6 +14,7 @@
 #               the default profile runs under every variant, the others under these
 #   --tests     test names (build/tests/<kind>/<name>) and/or preload_programs, which runs
 #               only in the preload variant (and mimalloc, against mimalloc)
+#   --matrix-tests  the tests for the profiles other than `default` (default: --tests)
 #
 # Every test process starts from a clean environment: PATH, HOME and LC_ALL, then the
 # profile's settings, then the variant's (LD_PRELOAD, stats switches) — so no stray HAKMEM_*
@@ -27,6 +28,7 @@ build=build
 profiles=default
 variants="fast stats debug secure asan preload"
 matrix_variants=""
+matrix_tests=""
 tests="test_api test_stress test_fork test_thread_exit test_large test_invalid_free test_release test_paths test_conformance test_fork_signal fuzz_api test_cxx preload_programs"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --variants) variants=$2; shift 2 ;;
     --matrix-variants) matrix_variants=$2; shift 2 ;;
     --tests) tests=$2; shift 2 ;;
+    --matrix-tests) matrix_tests=$2; shift 2 ;;
     *) echo "run_tests.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -158,15 +161,16 @@ jobs=${HAKMEM_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
 results=()
 running=0
 for profile in $profiles; do
-    profile_variants=$variants
+    profile_variants=$variants profile_tests=$tests
     [ "$profile" = default ] || [ -z "$matrix_variants" ] || profile_variants=$matrix_variants
+    [ "$profile" = default ] || [ -z "$matrix_tests" ] || profile_tests=$matrix_tests
     profile_dir=$(echo "$profile" | tr -c 'A-Za-z0-9_=.\n-' '_')
     for variant in $profile_variants; do
         if [ "$variant" = mimalloc ] && [ ! -e "$mimalloc_library" ]; then
             echo "SKIP variant mimalloc: $mimalloc_library is not installed"
             continue
         fi
-        for test in $tests; do
+        for test in $profile_tests; do
             if [ "$test" = preload_programs ] && [ "$variant" != preload ] &&
                 [ "$variant" != mimalloc ]; then
                 continue

@@ -11,7 +11,8 @@
 #   tsan     ThreadSanitizer binary calling the prefixed API of
 #            $(BUILD)/debug-tsan/libhakmem_prefixed.a (the multi-threaded tests only)
 #
-# make test-allocator runs profiles x variants x tests through run_tests.sh, then
+# make test-allocator runs profiles x variants x tests through run_tests.sh (a part of the
+# profile matrix; make test-allocator-full all of it), then
 # check_routes.sh (each path switch engages exactly its path, by the stats counters):
 #   HAKMEM_TEST_PROFILES  env profiles, space-separated; each is `default` (no settings) or
 #                         comma-joined assignments, e.g. HAKMEM_TINY_HEAP_PROFILE=C7_SAFE,X=1
@@ -20,6 +21,7 @@
 #   HAKMEM_TEST_MATRIX_VARIANTS  the variants for every other profile (the optimised build
 #                         and the sanitized debug build)
 #   HAKMEM_TEST_NAMES     which tests (default: all, plus preload_programs in preload)
+#   HAKMEM_TEST_MATRIX_NAMES  the tests for every other profile
 #
 # The profile matrix: the settings of profiles/*.toml (default = C7_SAFE) and the path
 # switches with every tiny class routed to the path, so each front serves all its sizes.
@@ -56,8 +58,14 @@ HAKMEM_TEST_PROFILES ?= default \
     HAKMEM_SMALL_HEAP_V3_ENABLED=0,HAKMEM_TINY_HOTHEAP_V2=1,HAKMEM_TINY_HOTHEAP_CLASSES=0xff \
     HAKMEM_SS_HUGEPAGE_EXPERIMENT=1,HAKMEM_SS_MEM_LEAN=1
 HAKMEM_TEST_VARIANTS ?= fast stats debug secure asan preload
-HAKMEM_TEST_MATRIX_VARIANTS ?= fast asan
 HAKMEM_TEST_NAMES    ?= $(HAKTEST_NAMES) test_cxx preload_programs
+# make test (kept to minutes): every test under the default profile, and under the other
+# profiles the optimised build with the tests whose paths a profile switches (the fronts,
+# the lean policy's release and purge, the large path). make test-allocator-full (.ci/run):
+# every test under every profile in the optimised and the sanitized build.
+HAKMEM_TEST_MATRIX_VARIANTS ?= fast
+HAKMEM_TEST_MATRIX_NAMES    ?= test_api test_stress test_thread_exit test_large test_release \
+    test_lifecycle test_paths test_thread_churn fuzz_api
 FUZZ_SECONDS  ?= 60
 FUZZ_PROFILES ?= $(HAKMEM_TEST_PROFILES)
 FUZZ_THREADS  ?= 2
@@ -106,19 +114,24 @@ $(BUILD)/tests/$(1)/test_cxx: $(HAKTEST_DIR)/test_cxx.cc $(HAKTEST_LIB_$(1)) $(H
 endef
 $(foreach k,$(HAKTEST_CXX_KINDS),$(eval $(call HAKTEST_CXX_RULES,$(k))))
 
-# The fuzzer in the debug build under the profiles the matrix runs in fast and asan only.
+# The fuzzer in the debug build too under the profiles the matrix runs in the other builds.
 HAKTEST_FUZZ_DEBUG_PROFILES = $(if $(filter fuzz_api,$(HAKMEM_TEST_NAMES)),$(filter-out \
     default,$(HAKMEM_TEST_PROFILES)))
 
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 
-.PHONY: test-allocator test-allocator-reference
+.PHONY: test-allocator test-allocator-full test-allocator-reference
+test-allocator-full:
+	$(MAKE) --no-print-directory test-allocator HAKMEM_TEST_MATRIX_VARIANTS="fast asan" \
+	    HAKMEM_TEST_MATRIX_NAMES="$(HAKMEM_TEST_NAMES)"
+
 test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
     $(foreach k,$(filter $(HAKTEST_CXX_KINDS),$(HAKTEST_KINDS) stats),$(BUILD)/tests/$(k)/test_cxx) \
     $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES)) \
     $(if $(HAKTEST_FUZZ_DEBUG_PROFILES),$(BUILD)/tests/debug/fuzz_api)
 	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
-	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)"
+	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)" \
+	    --matrix-tests "$(HAKMEM_TEST_MATRIX_NAMES)"
 	bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles default --variants tsan \
 	    --tests "$(HAKTEST_TSAN_NAMES)"
 	[ -z "$(HAKTEST_FUZZ_DEBUG_PROFILES)" ] || bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" \

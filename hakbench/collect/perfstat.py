@@ -1,4 +1,5 @@
-"""``perf stat -x,`` CSV: parse it, and probe which events this machine supports.
+"""``perf stat -x,`` CSV: parse it (``hakbench.engine.probes.probe_perf`` asks perf which
+events this machine supports).
 
 Field order as perf's tools/perf/util/stat-display.c emits it: value, unit, event, [noise% with -r],
 run time, percent running, metric value, metric unit. The value may be the literal
@@ -8,8 +9,6 @@ The optional noise column is found by its trailing ``%``, not by position.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 
 SOFTWARE_EVENTS = ("task-clock", "page-faults", "context-switches", "cpu-migrations")
@@ -78,49 +77,3 @@ def _float(s: str) -> float | None:
         return float(s)
     except (TypeError, ValueError):
         return None
-
-
-_PROBE: dict | None = None
-
-
-def probe_perf() -> dict:
-    """Which events work here: ``{"available": bool, "supported": [...], "unsupported": [...],
-    "note": str}``. Runs ``perf stat`` once per process on ``true``."""
-    global _PROBE
-    if _PROBE is not None:
-        return _PROBE
-    events = SOFTWARE_EVENTS + HARDWARE_EVENTS
-    if shutil.which("perf") is None:
-        _PROBE = {
-            "available": False,
-            "supported": [],
-            "unsupported": list(events),
-            "note": "perf not installed (apt-get install linux-perf)",
-        }
-        return _PROBE
-    try:
-        r = subprocess.run(
-            ["perf", "stat", "-x,", "-e", ",".join(events), "true"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        st = parse_perf_csv(r.stderr)
-    except (OSError, subprocess.SubprocessError) as e:
-        st, r = PerfStat(), None
-        note = f"perf failed: {e}"
-    supported = [e for e in events if e in st.counters and st.counters[e].value is not None]
-    unsupported = [e for e in events if e not in supported]
-    if r is not None:
-        note = (
-            "all events supported"
-            if not unsupported
-            else "not supported on this machine: " + ", ".join(unsupported)
-        )
-    _PROBE = {
-        "available": bool(supported),
-        "supported": supported,
-        "unsupported": unsupported,
-        "note": note,
-    }
-    return _PROBE

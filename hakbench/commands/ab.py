@@ -180,51 +180,11 @@ def ab_cmd(
     """Is B better than A? Interleaved randomised pairs, sampled until decided (or --runs N),
     Holm across workloads: GO / NO-GO / NEUTRAL (equivalent) / INCONCLUSIVE."""
     if resume or continue_dir:
-        if resume and continue_dir:
-            raise UsageError("--resume and --continue: give one")
-        if out:
-            raise UsageError("--resume/--continue write into their own directory; drop --out")
-        # the stored run's options hold; --continue takes a new budget, either an exit rule
-        resume_alone(resume, allowed=("fail_on",))
-        resume_alone(continue_dir, allowed=("max_time", "fail_on"), flag="--continue")
-        where = resume or continue_dir
-        spec = ab_plan.resume_spec(
-            where,
-            max_time_s=None
-            if resume
-            else (ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time),
-        )
-        _measure_and_print(spec, where, fail_on, resume=bool(resume), continued=bool(continue_dir))
+        _resume(resume, continue_dir, out, max_time, fail_on)
         return
     if runs is not None and max_time is not None:
         raise UsageError("--max-time is the sequential default's budget; --runs N is a fixed count")
-    metric = {"task-clock": "task_clock_ms", "cpu": "cpu_throughput"}.get(metric, metric)
-    if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
-        perf_mode = "each" if metric == "task_clock_ms" else ab_spec.DEFAULT_PERF_MODE
-    spec = ab_spec.ABSpec(
-        profile=profile,
-        baseline=baseline,
-        sets=parse_sets(sets),
-        allocator=allocator,
-        baseline_allocator=baseline_allocator,
-        variant=variant,
-        baseline_variant=baseline_variant,
-        workloads=tuple(workloads) or ab_spec.DEFAULT_WORKLOADS,
-        pairs=runs,
-        max_time_s=ab_plan.default_max_time(workloads) if max_time is None else max_time,
-        iters=iters,
-        warmup_pairs=warmup,
-        threshold_pct=threshold,
-        seed=seed,
-        metric=metric,
-        rev=rev,
-        baseline_rev=baseline_rev,
-        timeout=timeout,
-        perf=perf_mode,
-        perf_runs=perf_runs,
-        layouts=layouts,
-        launch=launch,
-    )
+    spec = _spec(dict(locals()))
     ab_plan.check_layouts(spec)  # a reference allocator has no layouts: before any build
     if not (rev or baseline_rev):  # bad names fail in one line, before anything is printed
         ab_plan.check_spec(spec)  # (with revisions, each side is checked against its own build)
@@ -241,6 +201,59 @@ def ab_cmd(
     if noise:
         click.echo(f"warning: {noise}", err=True)
     _measure_and_print(spec, out, fail_on)
+
+
+def _resume(resume, continue_dir, out, max_time, fail_on) -> None:
+    """``--resume DIR`` / ``--continue DIR``: the stored run's options (a new budget for
+    --continue), then measure into it."""
+    if resume and continue_dir:
+        raise UsageError("--resume and --continue: give one")
+    if out:
+        raise UsageError("--resume/--continue write into their own directory; drop --out")
+    # the stored run's options hold; --continue takes a new budget, either an exit rule
+    resume_alone(resume, allowed=("fail_on",))
+    resume_alone(continue_dir, allowed=("max_time", "fail_on"), flag="--continue")
+    where = resume or continue_dir
+    spec = ab_plan.resume_spec(
+        where,
+        max_time_s=None
+        if resume
+        else (ab_spec.DEFAULT_MAX_TIME_S if max_time is None else max_time),
+    )
+    _measure_and_print(spec, where, fail_on, resume=bool(resume), continued=bool(continue_dir))
+
+
+def _spec(o: dict) -> ab_spec.ABSpec:
+    """The command line's options -> the spec (metric aliases and perf's default filled in)."""
+    metric = {"task-clock": "task_clock_ms", "cpu": "cpu_throughput"}.get(o["metric"], o["metric"])
+    perf_mode = o["perf_mode"]
+    if perf_mode is None:  # task-clock is a perf counter: it needs perf on every process
+        perf_mode = "each" if metric == "task_clock_ms" else ab_spec.DEFAULT_PERF_MODE
+    max_time = o["max_time"]
+    return ab_spec.ABSpec(
+        profile=o["profile"],
+        baseline=o["baseline"],
+        sets=parse_sets(o["sets"]),
+        allocator=o["allocator"],
+        baseline_allocator=o["baseline_allocator"],
+        variant=o["variant"],
+        baseline_variant=o["baseline_variant"],
+        workloads=tuple(o["workloads"]) or ab_spec.DEFAULT_WORKLOADS,
+        pairs=o["runs"],
+        max_time_s=ab_plan.default_max_time(o["workloads"]) if max_time is None else max_time,
+        iters=o["iters"],
+        warmup_pairs=o["warmup"],
+        threshold_pct=o["threshold"],
+        seed=o["seed"],
+        metric=metric,
+        rev=o["rev"],
+        baseline_rev=o["baseline_rev"],
+        timeout=o["timeout"],
+        perf=perf_mode,
+        perf_runs=o["perf_runs"],
+        layouts=o["layouts"],
+        launch=o["launch"],
+    )
 
 
 def _measure_and_print(spec, out, fail_on, *, resume=False, continued=False) -> None:

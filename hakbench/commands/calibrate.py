@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from hakbench.commands import resume_alone
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
 from hakbench.engine import engine, interrupts
+from hakbench.engine.cells import make_cell
 from hakbench.engine.meta import command_line
 from hakbench.engine.store import default_run_dir, read_json
 from hakbench.experiments import calibrate as cal
@@ -160,6 +160,7 @@ def calibrate_cmd(
     --extra-ops K, stopping at GO/NO-GO/NEUTRAL or at --max-time; per condition the verdict
     counts and the median and 90th-percentile time to a verdict (sequential.json).
     """
+    o = dict(locals())
     if resume is not None:
         if out is not None:
             raise UsageError("--resume writes into its own directory; drop --out")
@@ -167,91 +168,109 @@ def calibrate_cmd(
         _resume(resume)
         return
     if seed is None:  # a fresh seed per call, recorded in meta.json and the results
-        seed = engine.new_seed()
+        o["seed"] = engine.new_seed()
     if layouts is not None:
-        if extra_work or perf or run_length or fractions or sequential or conditions:
-            raise UsageError("--layouts measures an A/A: no -k, --perf, --run-length, --sequential")
-        params = {
-            "workloads": list(workloads or callay.DEFAULT_WORKLOADS),
-            "profile": profile,
-            "pairs": runs or callay.DEFAULT_PAIRS,
-            "warmup": 2 if warmup is None else warmup,
-            "seed": seed,
-            "layouts": layouts,
-        }
-        if allocator != "hakmem":
-            raise UsageError(f"--layouts relinks libhakmem; {allocator} has no code layouts")
-        from hakbench.experiments.ab_plan import check_spec
-
-        check_spec(callay.spec_of(params))  # names and profiles: one line before anything
-        _layouts(out or default_run_dir("calibrate-layouts"), params, resume=False)
-        return
-    if sequential:
-        if extra_work or perf or run_length or fractions or runs:
-            raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
-        if len(workloads) > 1:
-            raise UsageError("--sequential measures one workload")
-        conditions = conditions or calseq.DEFAULT_CONDITIONS
-        for c in conditions:
-            calseq.parse_condition(c)
-        cell = _extra_work_cell(allocator, workloads[0] if workloads else "mixed", profile)
-        params = {
-            "allocator": allocator,
-            "workload": cell.workload.name,
-            "profile": profile,
-            "warmup": DEFAULT_WARMUP_PAIRS if warmup is None else warmup,
-            "trials": trials,
-            "seed": seed,
-            "conditions": list(conditions),
-            "max_time_s": max_time,
-        }
-        out = out or default_run_dir(f"calibrate-sequential-{cell.allocator_label}")
-        _sequential(cell, out, params, resume=False)
-        return
-    if conditions:
+        _start_layouts(o)
+    elif sequential:
+        _start_sequential(o)
+    elif conditions:
         raise UsageError("--condition belongs to --sequential")
-    warmup = 2 if warmup is None else warmup
-    if run_length:
-        if extra_work or perf:
-            raise UsageError("--run-length measures A/A pairs: no --extra-work or --perf")
-        from hakbench.experiments.gate import load_gate
+    elif run_length:
+        _start_run_length(o)
+    else:
+        _start_fixed(o)
 
-        params = {
-            "workloads": list(workloads or load_gate().workloads),
-            "allocator": allocator,
-            "profile": profile,
-            "pairs": runs or runlength.DEFAULT_PAIRS,
-            "warmup": warmup,
-            "threshold": threshold,
-            "seed": seed,
-            "fractions": list(fractions or runlength.DEFAULT_FRACTIONS),
-        }
-        first = _run_length_cell(params, params["workloads"][0])
-        out = out or default_run_dir(f"calibrate-run-length-{first.allocator_label}")
-        _run_length(out, params, resume=False)
-        return
-    if fractions:
-        raise UsageError("--fraction belongs to --run-length")
+
+def _start_layouts(o: dict) -> None:
+    """``--layouts K``: an A/A across K code layouts per workload."""
+    if o["extra_work"] or o["perf"] or o["run_length"] or o["fractions"] or o["conditions"]:
+        raise UsageError("--layouts measures an A/A: no -k, --perf, --run-length, --sequential")
+    params = {
+        "workloads": list(o["workloads"] or callay.DEFAULT_WORKLOADS),
+        "profile": o["profile"],
+        "pairs": o["runs"] or callay.DEFAULT_PAIRS,
+        "warmup": 2 if o["warmup"] is None else o["warmup"],
+        "seed": o["seed"],
+        "layouts": o["layouts"],
+    }
+    if o["allocator"] != "hakmem":
+        raise UsageError(f"--layouts relinks libhakmem; {o['allocator']} has no code layouts")
+    from hakbench.experiments.ab_plan import check_spec
+
+    check_spec(callay.spec_of(params))  # names and profiles: one line before anything
+    _layouts(o["out"] or default_run_dir("calibrate-layouts"), params, resume=False)
+
+
+def _start_sequential(o: dict) -> None:
+    """``--sequential``: the sequential rule's verdicts on pairs with known truths."""
+    if o["extra_work"] or o["perf"] or o["run_length"] or o["fractions"] or o["runs"]:
+        raise UsageError("--sequential takes --condition and --max-time, not -k, -n, --perf")
+    workloads = o["workloads"]
     if len(workloads) > 1:
+        raise UsageError("--sequential measures one workload")
+    conditions = o["conditions"] or calseq.DEFAULT_CONDITIONS
+    for c in conditions:
+        calseq.parse_condition(c)
+    cell = _extra_work_cell(o["allocator"], workloads[0] if workloads else "mixed", o["profile"])
+    params = {
+        "allocator": o["allocator"],
+        "workload": cell.workload.name,
+        "profile": o["profile"],
+        "warmup": DEFAULT_WARMUP_PAIRS if o["warmup"] is None else o["warmup"],
+        "trials": o["trials"],
+        "seed": o["seed"],
+        "conditions": list(conditions),
+        "max_time_s": o["max_time"],
+    }
+    out = o["out"] or default_run_dir(f"calibrate-sequential-{cell.allocator_label}")
+    _sequential(cell, out, params, resume=False)
+
+
+def _start_run_length(o: dict) -> None:
+    """``--run-length``: A/A pairs at fractions of each workload's iterations."""
+    if o["extra_work"] or o["perf"]:
+        raise UsageError("--run-length measures A/A pairs: no --extra-work or --perf")
+    from hakbench.experiments.gate import load_gate
+
+    params = {
+        "workloads": list(o["workloads"] or load_gate().workloads),
+        "allocator": o["allocator"],
+        "profile": o["profile"],
+        "pairs": o["runs"] or runlength.DEFAULT_PAIRS,
+        "warmup": 2 if o["warmup"] is None else o["warmup"],
+        "threshold": o["threshold"],
+        "seed": o["seed"],
+        "fractions": list(o["fractions"] or runlength.DEFAULT_FRACTIONS),
+    }
+    first = _run_length_cell(params, params["workloads"][0])
+    out = o["out"] or default_run_dir(f"calibrate-run-length-{first.allocator_label}")
+    _run_length(out, params, resume=False)
+
+
+def _start_fixed(o: dict) -> None:
+    """The default: fixed-count A/B trials, A/A and with a known injected cost."""
+    if o["fractions"]:
+        raise UsageError("--fraction belongs to --run-length")
+    if len(o["workloads"]) > 1:
         raise UsageError("calibrate measures one workload (several only with --run-length)")
-    workload = workloads[0] if workloads else "mixed"
-    ks = tuple(extra_work) or cal.DEFAULT_EXTRA_WORK
+    workload = o["workloads"][0] if o["workloads"] else "mixed"
+    ks = tuple(o["extra_work"]) or cal.DEFAULT_EXTRA_WORK
     if any(k <= 0 for k in ks):
         raise UsageError("--extra-work values must be > 0 (K=0 is the A/A condition)")
-    cell = _extra_work_cell(allocator, workload, profile)
+    cell = _extra_work_cell(o["allocator"], workload, o["profile"])
     params = {
-        "allocator": allocator,
+        "allocator": o["allocator"],
         "workload": workload,
-        "profile": profile,
-        "runs": runs or cal.DEFAULT_RUNS,
-        "trials": trials,
-        "warmup": warmup,
+        "profile": o["profile"],
+        "runs": o["runs"] or cal.DEFAULT_RUNS,
+        "trials": o["trials"],
+        "warmup": 2 if o["warmup"] is None else o["warmup"],
         "extra_work": list(ks),
-        "threshold_pct": threshold,
-        "seed": seed,
-        "perf": perf,
+        "threshold_pct": o["threshold"],
+        "seed": o["seed"],
+        "perf": o["perf"],
     }
-    out = out or default_run_dir(f"calibrate-{cell.allocator_label}-{cell.workload.name}")
+    out = o["out"] or default_run_dir(f"calibrate-{cell.allocator_label}-{cell.workload.name}")
     _calibrate(cell, out, params, resume=False)
 
 

@@ -71,6 +71,18 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, re
         resume=resume is not None,
         ident=engine.identity(cells, out),
     )
+    started = time.monotonic()
+    rows = _measure(spec, cells, store, stored, out, jobs, baseline)
+    seconds = time.monotonic() - started
+    if refresh:
+        _refresh(spec, rows, path, seconds)
+    else:
+        _judge(spec, baseline, rows, seconds)
+
+
+def _measure(spec, cells, store, stored, out: Path, jobs: int, baseline) -> list[dict]:
+    """Every cell's runs and counts (stored as they finish) -> its row. A stop signal writes
+    and judges what finished, then exits 128 + the signal."""
     runs = len(cells) * g.FAULT_RUNS + sum(spec.ir_runs(c.workload.name) for c in cells)
     progress = Progress(runs, "gate")
 
@@ -85,7 +97,6 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, re
             note += f"{sample['metrics']['minflt']} faults"
         progress.step(ok, note)
 
-    started = time.monotonic()
     click.echo(
         f"gate: {len(cells)} cells, page faults ({g.FAULT_RUNS} native runs each, one at a "
         f"time), then exact counts ({jobs} at a time; the lowest of several where threads "
@@ -110,18 +121,24 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, re
     if session.reused:
         click.echo(f"resumed: {session.reused} runs and counts kept, {session.ran} run now")
     progress.close()
-    seconds = time.monotonic() - started
-    if refresh:
-        bad = [r for r in rows if r["status"] != "ok"]
-        if bad:
-            raise MeasurementError(
-                f"gate --refresh: {bad[0]['profile']} {bad[0]['workload']} failed: "
-                f"{bad[0]['error'] or bad[0]['status']}"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, g.baseline_document(spec, rows, git_state().get("commit")))
-        click.echo(f"wrote {path} ({len(rows)} cells, {seconds:.0f} s)")
-        return
+    return rows
+
+
+def _refresh(spec, rows: list[dict], path: Path, seconds: float) -> None:
+    """``--refresh``: the rows become the committed baseline (every cell must have run)."""
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        raise MeasurementError(
+            f"gate --refresh: {bad[0]['profile']} {bad[0]['workload']} failed: "
+            f"{bad[0]['error'] or bad[0]['status']}"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, g.baseline_document(spec, rows, git_state().get("commit")))
+    click.echo(f"wrote {path} ({len(rows)} cells, {seconds:.0f} s)")
+
+
+def _judge(spec, baseline: dict, rows: list[dict], seconds: float) -> None:
+    """The rows against the baseline: the table, then exit 1 (EXIT_GATE) with what moved."""
     judged = gv.compare(spec, baseline["cells"], rows)
     differences = gv.toolchain_differences(baseline.get("toolchain", {}), g.toolchain())
     if differences:
@@ -138,32 +155,38 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, re
         )
     bad = gv.failing(judged)
     if bad:
-        rose = sorted({r.workload for r in bad if r.status == gv.ROSE})
-        dropped = sorted({r.workload for r in bad if r.status == gv.DROPPED})
-        faults_rose = sorted({r.workload for r in bad if r.faults_status == gv.ROSE})
-        faults_dropped = sorted({r.workload for r in bad if r.faults_status == gv.DROPPED})
-        new = sorted({r.workload for r in bad if r.status == gv.NEW})
-        parts = []
-        if rose:
-            parts.append(f"instructions rose on {', '.join(rose)}")
-        if faults_rose:
-            parts.append(f"page faults rose on {', '.join(faults_rose)}")
-        if dropped:
-            parts.append(f"instructions dropped on {', '.join(dropped)}")
-        if faults_dropped:
-            parts.append(f"page faults dropped on {', '.join(faults_dropped)}")
-        if dropped or faults_dropped:
-            parts.append(
-                "a drop is an improvement: run `hakbench gate --refresh` and commit "
-                "results/scorecard/gate.json"
-            )
-        if new:
-            parts.append(f"no comparable baseline for {', '.join(new)} (refresh it)")
-        if differences:
-            parts.append("the toolchain changed too, see the note above")
+        parts = _failure_parts(bad) + (
+            ["the toolchain changed too, see the note above"] if differences else []
+        )
         click.echo(f"gate FAILED ({seconds:.0f} s): " + "; ".join(parts), err=True)
         sys.exit(EXIT_GATE)
     click.echo(f"gate passed: {len(judged)} cells within tolerance ({seconds:.0f} s)")
+
+
+def _failure_parts(bad: list) -> list[str]:
+    """What rose, what dropped (an improvement: refresh), what has no baseline."""
+    rose = sorted({r.workload for r in bad if r.status == gv.ROSE})
+    dropped = sorted({r.workload for r in bad if r.status == gv.DROPPED})
+    faults_rose = sorted({r.workload for r in bad if r.faults_status == gv.ROSE})
+    faults_dropped = sorted({r.workload for r in bad if r.faults_status == gv.DROPPED})
+    new = sorted({r.workload for r in bad if r.status == gv.NEW})
+    parts = []
+    if rose:
+        parts.append(f"instructions rose on {', '.join(rose)}")
+    if faults_rose:
+        parts.append(f"page faults rose on {', '.join(faults_rose)}")
+    if dropped:
+        parts.append(f"instructions dropped on {', '.join(dropped)}")
+    if faults_dropped:
+        parts.append(f"page faults dropped on {', '.join(faults_dropped)}")
+    if dropped or faults_dropped:
+        parts.append(
+            "a drop is an improvement: run `hakbench gate --refresh` and commit "
+            "results/scorecard/gate.json"
+        )
+    if new:
+        parts.append(f"no comparable baseline for {', '.join(new)} (refresh it)")
+    return parts
 
 
 def _chosen_spec(spec, workloads, profiles, refresh, results) -> g.GateSpec:

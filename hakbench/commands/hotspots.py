@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from hakbench.commands import resume_alone, resume_option
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.engine import engine, interrupts
+from hakbench.engine.cells import make_cell
 from hakbench.engine.meta import cell_meta
 from hakbench.engine.store import default_run_dir
 from hakbench.experiments import hotspots

@@ -6,7 +6,8 @@ import click
 
 from hakbench.core import paths
 from hakbench.core.errors import UsageError
-from hakbench.core.profiles import load_options, load_profiles, resolve_profile, validate_env
+from hakbench.core.profiles import load_profiles, resolve_profile, validate_env
+from hakbench.engine.probes import load_options
 
 
 def _validation_note(env: dict) -> str:

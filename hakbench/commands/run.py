@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.core.metrics import METRICS
 from hakbench.engine import interrupts
+from hakbench.engine.cells import make_cell
 from hakbench.engine.store import default_run_dir
 from hakbench.experiments.ab_spec import DEFAULT_PERF_RUNS, DEFAULT_PROFILE, PERF_MODES
 from hakbench.experiments.single import run_cell

@@ -10,22 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hakbench.core import paths
 from hakbench.core.allocators import Allocator, resolve_allocator
-from hakbench.core.errors import UsageError
 from hakbench.core.procenv import clean_env
-from hakbench.core.profiles import (
-    Workload,
-    load_options,
-    resolve_profile,
-    resolve_workload,
-    validate_env,
-)
-from hakbench.core.suites import bind_workload
+from hakbench.core.profiles import Workload
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,35 +79,3 @@ class Cell:
 
     def __hash__(self) -> int:
         return hash(self.key)
-
-
-def make_cell(
-    allocator: str,
-    workload: str | Workload,
-    *,
-    variant: str = "fast",
-    profile: str | None = None,
-    sets: Mapping[str, str] | None = None,
-    build: Path | None = None,
-    validate: bool = True,
-) -> Cell:
-    """Resolve names into a Cell; unknown names and unknown ``HAKMEM_*`` raise UsageError."""
-    alloc = resolve_allocator(allocator, variant, build)
-    wl = workload if isinstance(workload, Workload) else resolve_workload(workload)
-    wl = bind_workload(wl)  # a public suite's program: its checkout and build filled in
-    profile_env: dict = {}
-    profile_name = None
-    if profile:
-        resolved = resolve_profile(profile)  # resolved for references too: names are checked
-        if alloc.name == "hakmem":
-            profile_name = resolved.name
-            profile_env = dict(resolved.env)
-    sets = dict(sets or {})
-    if validate:
-        for part, where in ((profile_env, f"profile {profile_name}"), (sets, "--set")):
-            if any(k.startswith("HAKMEM_") for k in part):
-                validate_env(part, load_options(paths.options_binary(build)), where)
-    env = {**profile_env, **sets}
-    if alloc.name == "hakmem" and not alloc.available and validate:
-        raise UsageError(alloc.missing_reason or "libhakmem not built")
-    return Cell(alloc.name, alloc.variant, profile_name, wl, env, build, sets)

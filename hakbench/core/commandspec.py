@@ -133,6 +133,42 @@ def _regex(pattern, where: str) -> str:
     return pattern
 
 
+def _measure(measure, where: str) -> tuple[str, str | None]:
+    """The ``measure`` key -> (the metric, the regex that reads it from stdout or None)."""
+    if isinstance(measure, str):
+        if measure not in MEASURES:
+            raise UsageError(
+                f"{where}: measure must be one of {', '.join(MEASURES)} or a regex table"
+            )
+        return MEASURES[measure], None
+    if not isinstance(measure, dict):
+        raise UsageError(f"{where}: measure must be a string or a table")
+    extra = sorted(set(measure) - {"regex", "kind"})
+    if extra or measure.get("kind") not in REGEX_KINDS or "regex" not in measure:
+        raise UsageError(f"{where}: measure table needs regex and kind = {' | '.join(REGEX_KINDS)}")
+    regex = _regex(measure["regex"], where)
+    if re.compile(regex).groups < 1:
+        raise UsageError(f"{where}: measure regex needs a group capturing the number")
+    return REGEX_KINDS[measure["kind"]], regex
+
+
+def _check(check, where: str) -> tuple[str | None, tuple]:
+    """The ``check`` key -> (the output to compare, its substitutions)."""
+    if check is None:
+        return None, ()
+    if not isinstance(check, dict) or not isinstance(check.get("output"), str):
+        raise UsageError(f'{where}: check must be a table with output = "stdout" or a path')
+    extra = sorted(set(check) - {"output", "substitute"})
+    if extra:
+        raise UsageError(f"{where}: unknown check key(s) {', '.join(extra)}")
+    pairs = check.get("substitute", [])
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs
+    ):
+        raise UsageError(f"{where}: check.substitute must be a list of [regex, replacement]")
+    return check["output"], tuple((_regex(p, where), r) for p, r in pairs)
+
+
 def parse_command(table: dict, where: str) -> CommandSpec:
     """A command workload's table -> CommandSpec; the first problem raises UsageError."""
     unknown = sorted(set(table) - KEYS)
@@ -152,42 +188,8 @@ def parse_command(table: dict, where: str) -> CommandSpec:
     timeout = table.get("timeout")
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise UsageError(f"{where}: timeout must be a positive number of seconds")
-    measure = table.get("measure", "wall")
-    regex = None
-    if isinstance(measure, str):
-        if measure not in MEASURES:
-            raise UsageError(
-                f"{where}: measure must be one of {', '.join(MEASURES)} or a regex table"
-            )
-        metric = MEASURES[measure]
-    elif isinstance(measure, dict):
-        extra = sorted(set(measure) - {"regex", "kind"})
-        if extra or measure.get("kind") not in REGEX_KINDS or "regex" not in measure:
-            raise UsageError(
-                f"{where}: measure table needs regex and kind = {' | '.join(REGEX_KINDS)}"
-            )
-        regex = _regex(measure["regex"], where)
-        if re.compile(regex).groups < 1:
-            raise UsageError(f"{where}: measure regex needs a group capturing the number")
-        metric = REGEX_KINDS[measure["kind"]]
-    else:
-        raise UsageError(f"{where}: measure must be a string or a table")
-    check = table.get("check")
-    check_output, substitute = None, ()
-    if check is not None:
-        if not isinstance(check, dict) or not isinstance(check.get("output"), str):
-            raise UsageError(f'{where}: check must be a table with output = "stdout" or a path')
-        extra = sorted(set(check) - {"output", "substitute"})
-        if extra:
-            raise UsageError(f"{where}: unknown check key(s) {', '.join(extra)}")
-        check_output = check["output"]
-        pairs = check.get("substitute", [])
-        if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-            for p in pairs
-        ):
-            raise UsageError(f"{where}: check.substitute must be a list of [regex, replacement]")
-        substitute = tuple((_regex(p, where), r) for p, r in pairs)
+    metric, regex = _measure(table.get("measure", "wall"), where)
+    check_output, substitute = _check(table.get("check"), where)
     guardrails = table.get("guardrails")
     if guardrails is not None and (
         not isinstance(guardrails, list) or not all(g in GUARDRAILS for g in guardrails)

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import os
 import re
-import subprocess
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from hakbench.core import paths
@@ -233,7 +230,7 @@ def load_suite_workloads(path: Path, procs: int | None = None) -> dict[str, Work
     """A suite file: ``[suite]`` (``name``, ``description``, ``repo``, ``commit``) and one
     ``[workloads.NAME]`` command workload per program. Their argv may use ``{suite}`` (the
     checkout) and ``{suite_build}`` (the lab's build of it), bound when a cell is made
-    (hakbench.core.suites.bind_workload), and ``{procs}``, replaced here by the machine's
+    (hakbench.engine.suite_build.bind_workload), and ``{procs}``, replaced here by the machine's
     CPU count (``threads = "{procs}"`` too). Every workload joins the group named after the
     suite."""
     data = _load_toml(path)
@@ -302,22 +299,6 @@ def resolve_workload(name: str, workloads: Mapping[str, Workload] | None = None)
     if key not in workloads:
         raise UsageError(f"unknown workload '{name}'; known: {', '.join(sorted(workloads))}")
     return workloads[key]
-
-
-def load_options(binary: Path | None = None) -> tuple[dict, ...]:
-    """The allocator's options table from ``build/bin/hakmem-options --json``."""
-    binary = (binary or paths.options_binary()).resolve()
-    if not binary.exists():
-        raise UsageError(f"{binary} not built; run `make build`")
-    return _options_of(binary, binary.stat().st_mtime_ns)
-
-
-@lru_cache(maxsize=8)
-def _options_of(binary: Path, _mtime_ns: int) -> tuple[dict, ...]:
-    r = subprocess.run([str(binary), "--json"], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise UsageError(f"{binary} --json failed: {r.stderr.strip()[:200]}")
-    return tuple(json.loads(r.stdout))
 
 
 def validate_env(env: Mapping[str, str], options: Iterable[dict], where: str = "") -> None:

@@ -32,14 +32,11 @@ What is measured, and how (the same in ``run``, ``ab`` and ``matrix``):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import shutil
-import signal as _signal
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +44,16 @@ from pathlib import Path
 from hakbench.core.inputs import input_key, input_path
 from hakbench.core.procenv import clean_env
 from hakbench.engine.hakrun import hakprobe_library, hakrun_binary, parse_report, report_metrics
-from hakbench.engine.process import new_sample, signal_name, tail, wait_group
+from hakbench.engine.process import (
+    DEVNULL,
+    kill_group,
+    new_sample,
+    signal_name,
+    spawn,
+    tail,
+    wait_group,
+)
+from hakbench.engine.process import run as run_tool
 from hakbench.engine.reference import cache_key, cached, program_identity
 
 SERVER_READY_S = 20.0  # how long a server may take to answer ``ready``
@@ -92,7 +98,7 @@ def reference_key(workload) -> str:
 
 def reference_hash(workload, timeout: float) -> tuple[str | None, str | None]:
     """(hash of the output under glibc, error) for ``workload``, cached per definition."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     def under_glibc():
         cell = make_cell("system", workload)
@@ -106,34 +112,22 @@ def reference_hash(workload, timeout: float) -> tuple[str | None, str | None]:
     return (ref["output_sha256"] if ref else None), error
 
 
-def _start(argv, *, report: Path, preload, env, cwd, stdin, out, err) -> subprocess.Popen:
+def _start(argv, *, report: Path, preload, env, cwd, stdin, out, err):
     preload = ":".join(str(p) for p in (hakprobe_library(), preload) if p)
     full = [str(hakrun_binary()), str(report), preload, "--", *argv]
-    return subprocess.Popen(
-        full, stdin=stdin, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True
-    )
+    return spawn(full, env, cwd=cwd, stdin=stdin, stdout=out, stderr=err)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, _signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(proc.pid, 0)
-
-
-def _wait_ready(spec, values, env, server: subprocess.Popen) -> str | None:
+def _wait_ready(spec, values, env, server) -> str | None:
     """None once ``ready`` answers; else why not."""
     deadline = time.monotonic() + SERVER_READY_S
     argv = [_expand(a, values) for a in spec.ready]
     while time.monotonic() < deadline:
         if server.poll() is not None:
             return f"server exited before it was ready (hakrun status {server.returncode})"
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=5)
-            if r.returncode == 0 and spec.ready_expect in r.stdout:
-                return None
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        r = run_tool(argv, env=env, timeout=5)
+        if r.ok and spec.ready_expect in r.stdout:
+            return None
         time.sleep(0.05)
     return f"server not ready after {SERVER_READY_S:g} s"
 
@@ -146,28 +140,25 @@ def _run_server(spec, sample, values, run, timeout) -> tuple[bytes, str | None, 
     server_argv = [_expand(a, values) for a in spec.server]
     sample["argv"] = server_argv
     with open(run["out"], "wb") as out, open(run["err"], "wb") as err:
-        proc = _start(server_argv, stdin=subprocess.DEVNULL, out=out, err=err, **run["start"])
+        proc = _start(server_argv, stdin=DEVNULL, out=out, err=err, **run["start"])
     try:
         why = _wait_ready(spec, values, plain_env, proc)
         if why:
             return b"", why, False
         client = [_expand(a, values) for a in spec.argv]
-        t0 = time.perf_counter()
-        try:
-            r = subprocess.run(
-                client, capture_output=True, env=plain_env, cwd=run["start"]["cwd"], timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
+        cwd = run["start"]["cwd"]
+        r = run_tool(client, env=plain_env, cwd=cwd, timeout=timeout, text=False)
+        if r.error is not None:
+            raise OSError(r.error)
+        if r.timed_out:
             return b"", f"client timed out after {timeout:g} s", True
         sample["client"] = {
             "argv": client,
             "returncode": r.returncode,
-            "wall_s": time.perf_counter() - t0,
+            "wall_s": r.wall_s,
             "stderr_tail": r.stderr.decode(errors="replace")[-500:],
         }
-        stop = [_expand(a, values) for a in spec.stop]
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(stop, capture_output=True, env=plain_env, timeout=10)
+        run_tool([_expand(a, values) for a in spec.stop], env=plain_env, timeout=10)
         _, _, timed_out = wait_group(proc, SERVER_EXIT_S)
         if timed_out:
             return r.stdout, f"server did not exit {SERVER_EXIT_S:g} s after stop", True
@@ -176,7 +167,7 @@ def _run_server(spec, sample, values, run, timeout) -> tuple[bytes, str | None, 
         return r.stdout, None, False
     finally:
         if proc.returncode is None:
-            _kill_group(proc)
+            kill_group(proc)
 
 
 def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, stats=False):
@@ -198,41 +189,12 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
     if stats:
         env["HAKMEM_STATS"] = "1"
     with tempfile.TemporaryDirectory(prefix="hakbench-cmd-") as tmp:
-        env["HAKPROBE_OUT"] = str(Path(tmp) / "malloc_impl")
-        work = Path(tmp) / "dir"
-        work.mkdir()
-        values = {"dir": work}
-        if spec.input:
-            values["input"] = input_path(spec.input)
-        if spec.server:
-            values["port"] = free_port()
-        run = {
-            "report": Path(tmp) / "hakrun.report",
-            "out": Path(tmp) / "stdout",
-            "err": Path(tmp) / "stderr",
-            "plain_env": clean_env(spec.env),
-            "start": {
-                "report": Path(tmp) / "hakrun.report",
-                "preload": alloc.preload,
-                "env": env,
-                "cwd": _expand(spec.cwd, values),
-            },
-        }
+        run, values = _plan(spec, Path(tmp), alloc, env)
         try:
             if spec.server:
                 output, error, timed_out = _run_server(spec, sample, values, run, timeout)
             else:
-                argv = [_expand(a, values) for a in spec.argv]
-                sample["argv"] = argv
-                stdin_path = _expand(spec.stdin, values) if spec.stdin else os.devnull
-                with (
-                    open(stdin_path, "rb") as stdin,
-                    open(run["out"], "wb") as out,
-                    open(run["err"], "wb") as err,
-                ):
-                    proc = _start(argv, stdin=stdin, out=out, err=err, **run["start"])
-                    _, _, timed_out = wait_group(proc, timeout)
-                output, error = run["out"].read_bytes(), None
+                output, error, timed_out = _run_program(spec, sample, values, run, timeout)
         except OSError as e:  # a missing stdin file or cwd: the sample says so
             sample["error"] = f"cannot start {program}: {e}"
             return sample
@@ -243,7 +205,7 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         sample["stderr_tail"] = tail(run["err"].read_text(errors="replace"))
         checked = None
         if spec.check_output and spec.check_output != "stdout":
-            target = work / spec.check_output
+            target = values["dir"] / spec.check_output
             checked = target.read_bytes() if target.is_file() else None
         elif spec.check_output == "stdout":
             checked = output
@@ -261,7 +223,58 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
             error = f"measure regex {spec.regex!r} matched nothing"
     if checked is not None:
         sample["output_sha256"] = normalised_hash(checked, spec.substitute)
-    if timed_out:
+    ended = {"report": report, "error": error, "timed_out": timed_out, "checked": checked}
+    _judge(sample, spec, alloc, program, malloc_impl, ended, timeout)
+    if sample["status"] == "ok" and spec.check_output and phase != "reference":
+        _check_reference(sample, cell, timeout)
+    return sample
+
+
+def _plan(spec, tmp: Path, alloc, env: dict) -> tuple[dict, dict]:
+    """Where a run in ``tmp`` writes (hakrun's report, stdout, stderr), how hakrun starts it
+    and the placeholders' values (``{dir}``, ``{input}``, ``{port}``). -> (run, values)"""
+    env["HAKPROBE_OUT"] = str(tmp / "malloc_impl")
+    work = tmp / "dir"
+    work.mkdir()
+    values = {"dir": work}
+    if spec.input:
+        values["input"] = input_path(spec.input)
+    if spec.server:
+        values["port"] = free_port()
+    run = {
+        "report": tmp / "hakrun.report",
+        "out": tmp / "stdout",
+        "err": tmp / "stderr",
+        "plain_env": clean_env(spec.env),
+        "start": {
+            "report": tmp / "hakrun.report",
+            "preload": alloc.preload,
+            "env": env,
+            "cwd": _expand(spec.cwd, values),
+        },
+    }
+    return run, values
+
+
+def _run_program(spec, sample, values, run, timeout) -> tuple[bytes, None, bool]:
+    """Run the program through hakrun to its end. -> (its stdout, no error, timed out)"""
+    argv = [_expand(a, values) for a in spec.argv]
+    sample["argv"] = argv
+    stdin_path = _expand(spec.stdin, values) if spec.stdin else os.devnull
+    with (
+        open(stdin_path, "rb") as stdin,
+        open(run["out"], "wb") as out,
+        open(run["err"], "wb") as err,
+    ):
+        proc = _start(argv, stdin=stdin, out=out, err=err, **run["start"])
+        _, _, timed_out = wait_group(proc, timeout)
+    return run["out"].read_bytes(), None, timed_out
+
+
+def _judge(sample, spec, alloc, program, malloc_impl, ended: dict, timeout: float) -> None:
+    """The sample's status and error from how the program ended and what it wrote."""
+    report, error = ended["report"], ended["error"]
+    if ended["timed_out"]:
         sample["status"], sample["error"] = "timeout", error or f"timed out after {timeout:g} s"
     elif not report:
         sample["error"] = error or "hakrun wrote no report (killed?)"
@@ -280,20 +293,22 @@ def run_command_sample(cell, *, phase: str = "measure", timeout: float = 120.0, 
         sample["error"] = (
             f"malloc in {program} resolves to {malloc_impl!r}, not {alloc.expect_impl}"
         )
-    elif spec.check_output and checked is None:
+    elif spec.check_output and ended["checked"] is None:
         sample["status"] = "wrong_output"
         sample["error"] = f"the program wrote no {spec.check_output}"
     else:
         sample["status"] = "ok"
-    if sample["status"] == "ok" and spec.check_output and phase != "reference":
-        ref, why = reference_hash(cell.workload, timeout)
-        sample["reference_sha256"] = ref
-        if why:
-            sample["status"], sample["error"] = "error", why
-        elif ref != sample["output_sha256"]:
-            sample["status"] = "wrong_output"
-            sample["error"] = (
-                f"{spec.check_output} hashes to {sample['output_sha256'][:12]}, "
-                f"under glibc {ref[:12]}"
-            )
-    return sample
+
+
+def _check_reference(sample, cell, timeout: float) -> None:
+    """An ok sample's output against the same program's under glibc (wrong_output if not)."""
+    spec = cell.workload.command
+    ref, why = reference_hash(cell.workload, timeout)
+    sample["reference_sha256"] = ref
+    if why:
+        sample["status"], sample["error"] = "error", why
+    elif ref != sample["output_sha256"]:
+        sample["status"] = "wrong_output"
+        sample["error"] = (
+            f"{spec.check_output} hashes to {sample['output_sha256'][:12]}, under glibc {ref[:12]}"
+        )

@@ -34,14 +34,13 @@ import hashlib
 import json
 import secrets
 import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from hakbench.core.errors import UsageError
-from hakbench.engine import interrupts
+from hakbench.engine import interrupts, process
 from hakbench.engine.meta import fingerprint, git_state
 from hakbench.engine.store import RunStore, read_json
 
@@ -236,12 +235,8 @@ def tree_state(exclude: Path | None = None) -> dict:
     spec = []
     if exclude is not None and Path(exclude).resolve().is_relative_to(root):
         spec = ["--", ".", f":(exclude){Path(exclude).resolve().relative_to(root)}"]
-    try:
-        diff = subprocess.run(
-            ["git", "diff", "HEAD", *spec], capture_output=True, timeout=30, cwd=root
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        diff = b""
+    r = process.run(["git", "diff", "HEAD", *spec], timeout=30, cwd=root, text=False)
+    diff = r.stdout or b""  # "" when git could not start
     return {"commit": state.get("commit"), "dirty": hashlib.sha256(diff).hexdigest()[:16]}
 
 
@@ -313,10 +308,12 @@ def open_run(
     ident: dict,
     flag: str = "--resume",
     name: str = "samples.jsonl",
+    check: Callable[[dict], None] | None = None,
 ) -> tuple[RunStore, dict, list[dict]]:
     """(store, meta, stored samples) of a run directory whose samples file is ``name``.
     Fresh: refuses one holding samples, records ``ident`` in meta.json. Resumed: the stored
-    meta (its spec and seed rule), after ``check_identity``; the call is listed under
+    meta (its spec and seed rule), after ``check`` (the command's own questions of the
+    stored meta: raises UsageError) and ``check_identity``; the call is listed under
     ``resumed``."""
     out = Path(out)
     if not resume:
@@ -325,6 +322,8 @@ def open_run(
         store.write_meta(meta)
         return store, meta, []
     stored = stored_meta(out, meta.get("kind", ""), flag)
+    if check is not None:
+        check(stored)
     check_identity(stored.get("identity"), ident, out, flag)
     stored.setdefault("resumed", []).append(
         {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "how": flag}

@@ -8,9 +8,10 @@ is not a git checkout has one version, the files on disk; the callers say so.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from hakbench.engine import process
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,7 @@ class Version:
 
 
 def _git(root: Path, *args: str) -> str | None:
-    try:
-        r = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout if r.returncode == 0 else None
+    return process.output(["git", "-C", str(root), *args], timeout=60)
 
 
 def repo_of(path: Path) -> Path | None:
@@ -60,15 +55,8 @@ def resolve(root: Path, rev: str) -> str | None:
 
 
 def is_ancestor(root: Path, older: str, newer: str) -> bool:
-    try:
-        r = subprocess.run(
-            ["git", "-C", str(root), "merge-base", "--is-ancestor", older, newer],
-            capture_output=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
+    argv = ["git", "-C", str(root), "merge-base", "--is-ancestor", older, newer]
+    return process.run(argv, timeout=60).ok
 
 
 def line_position(root: Path, line: list[str], commit: str) -> int | None:

@@ -30,14 +30,14 @@ not those of the real program.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from hakbench.collect.harness import parse_harness_output
-from hakbench.collect.perfstat import parse_perf_csv, probe_perf
-from hakbench.engine.process import run_captured
+from hakbench.collect.perfstat import parse_perf_csv
+from hakbench.engine.probes import probe_perf
+from hakbench.engine.process import TimeoutExpired, run_captured
 
 BLIND_SPOTS = (
     "Instruction counts are not time: cache misses, branch mispredicts and lock waits cost "
@@ -151,7 +151,7 @@ def measure_instructions(cell, *, net_startup: bool = True, timeout: float = 900
             argv, env = cell.command(args=list(args))
             try:
                 ir, stdout, stderr, rc = _COUNTERS[tool](argv, env, timeout, Path(tmp))
-            except subprocess.TimeoutExpired:
+            except TimeoutExpired:
                 return _result(tool, "timeout", f"{phase} run exceeded {timeout:g} s")
             harness = parse_harness_output(stdout)
             if rc != 0 or ir is None:

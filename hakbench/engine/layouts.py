@@ -47,7 +47,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from hakbench.core import paths
 from hakbench.core.allocators import VARIANTS
 from hakbench.core.cell import Cell
 from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine import process
 from hakbench.engine.store import write_json
 
 LIBRARY = "libhakmem.so"
@@ -324,11 +324,10 @@ class _Linker:
         return [str(self.objects[name]) for name in order]
 
     def _run(self, argv: list[str], stdin: str | None = None) -> None:
-        r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise MeasurementError(
-                f"layouts: {' '.join(argv[:3])} ... failed: {r.stderr.strip()[-400:]}"
-            )
+        r = process.run(argv, input=stdin, timeout=300)
+        if not r.ok:
+            why = r.error or r.stderr.strip()[-400:] or "timed out"
+            raise MeasurementError(f"layouts: {' '.join(argv[:3])} ... failed: {why}")
 
 
 def _pad_source(pad: int) -> str:

@@ -12,21 +12,18 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from hakbench import __version__
-from hakbench.collect.perfstat import probe_perf
 from hakbench.core import paths, suites
+from hakbench.engine import process
+from hakbench.engine.probes import probe_perf
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str | None:
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd=cwd)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
+    out = process.output(argv, timeout=20, cwd=cwd)
+    return out.strip() if out is not None else None
 
 
 def _read(path: str) -> str | None:
@@ -96,15 +93,9 @@ def reference_packages() -> dict:
     from hakbench.core.allocators import REFERENCES
 
     pkgs = [pkg for _, pkg in REFERENCES.values()]
-    try:  # exit status 1 when one is not installed: the others are still printed
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *pkgs],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
+    # exit status 1 when one is not installed: the others are still printed
+    argv = ["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", *pkgs]
+    out = process.run(argv, timeout=20).stdout
     found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     return {pkg: found.get(pkg) for pkg in pkgs}
 

@@ -13,13 +13,13 @@ import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from hakbench.core import paths
 from hakbench.core.errors import MeasurementError, UsageError
+from hakbench.engine import process
 
 STAMP = ".rev-build-stamp"
 LOG = "rev-build.log"
@@ -35,10 +35,8 @@ class RevBuild:
         return self.sha[:12]
 
 
-def _git(args: list[str], root: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=timeout
-    )
+def _git(args: list[str], root: Path, timeout: float = 60) -> process.Ended:
+    return process.run(["git", "-C", str(root), *args], timeout=timeout)
 
 
 def resolve_rev(rev: str, root: Path | None = None) -> str:
@@ -127,13 +125,10 @@ def _build(
         with open(log_path, "w") as log:
             log.write(f"# make build at {sha} in {worktree}\n")
             log.flush()
-            made = subprocess.run(
-                ["make", "-C", str(worktree), f"-j{jobs}", *goals, f"BUILD={build_dir}"],
-                env=_own_make_env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=1800,
-            )
+            argv = ["make", "-C", str(worktree), f"-j{jobs}", *goals, f"BUILD={build_dir}"]
+            made = process.run(argv, env=_own_make_env(), log=log, timeout=1800)
+        if made.error is not None:
+            raise MeasurementError(f"build at {sha[:12]}: {made.error}")
         if made.returncode != 0:
             tail = log_path.read_text().strip().splitlines()[-5:]
             raise MeasurementError(

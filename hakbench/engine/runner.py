@@ -47,8 +47,9 @@ from pathlib import Path
 
 from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_harness_output
-from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv, probe_perf
+from hakbench.collect.perfstat import HARDWARE_EVENTS, SOFTWARE_EVENTS, parse_perf_csv
 from hakbench.core.metrics import PERF_EVENTS, PERF_NS_EVENTS
+from hakbench.engine.probes import probe_perf
 from hakbench.engine.process import Launch, new_sample, signal_name, spawn, tail, wait_group
 from hakbench.engine.reference import cache_key, cached, program_identity
 
@@ -208,6 +209,41 @@ def run_sample(
         sample["error"] = f"{argv[0]} not built (run `make build`)"
         return sample
     use_perf = perf and perf_usable()
+    ran = _run_process(sample, argv, env, launch, use_perf, timeout)
+    if ran is None:
+        return sample
+    status, ru, timed_out, stdout, stderr, perf_text = ran
+    sample["stderr_tail"] = tail(stderr)
+    code = os.waitstatus_to_exitcode(status)
+    sig = -code if code < 0 else None
+    if use_perf and sig is None:
+        sig = signal_from_perf_stderr(stderr, argv[0])
+    sample["returncode"] = code
+    sample["signal"] = sig
+    harness = parse_harness_output(stdout)
+    sample["harness"] = harness
+    sample["alloc_stats"] = parse_alloc_stats(stderr)
+    _fill_metrics(sample, harness, perf_text if use_perf else None, ru)
+    if use_perf and code == 0 and sig is None and harness.get("throughput") is None:
+        rerun = run_sample(
+            cell, phase=phase, perf=False, stats=stats, timeout=timeout, args=args, launch=launch
+        )
+        rerun["error"] = (
+            "perf lost the exit status (its SIGCHLD race); re-run without perf: "
+            f"{rerun['error'] or rerun['status']}"
+        )
+        rerun["perf_lost_status"] = True
+        return rerun
+    _judge(sample, alloc, harness, (code, sig, timed_out), timeout)
+    if sample["status"] == "ok" and phase != "reference" and harness.get("checksum"):
+        check_checksum(sample, cell, args, timeout)
+    return sample
+
+
+def _run_process(sample: dict, argv, env, launch, use_perf: bool, timeout: float):
+    """Start the harness (under ``perf stat`` when ``use_perf``) and wait4 it. -> (status,
+    rusage, timed out, stdout, stderr, perf's CSV), or None when it could not start (the
+    sample says why)."""
     # stdout and stderr go to anonymous files: no directory to make and remove per process,
     # a sizeable share of a short pair's overhead; only perf's CSV needs a name
     with contextlib.ExitStack() as files:
@@ -224,22 +260,18 @@ def run_sample(
             proc = spawn(full, env, launch, stdout=out, stderr=err)
         except OSError as e:
             sample["error"] = f"cannot start {full[0]}: {e}"
-            return sample
+            return None
         status, ru, timed_out = wait_group(proc, timeout)
         sample["wall_s"] = time.perf_counter() - t0
         stdout, stderr = (_read_back(f) for f in (out, err))
         perf_text = perf_path.read_text(errors="replace") if use_perf and perf_path.exists() else ""
-    sample["stderr_tail"] = tail(stderr)
-    code = os.waitstatus_to_exitcode(status)
-    sig = -code if code < 0 else None
-    if use_perf and sig is None:
-        sig = signal_from_perf_stderr(stderr, argv[0])
-    sample["returncode"] = code
-    sample["signal"] = sig
-    harness = parse_harness_output(stdout)
-    sample["harness"] = harness
-    sample["alloc_stats"] = parse_alloc_stats(stderr)
-    if use_perf:
+    return status, ru, timed_out, stdout, stderr, perf_text
+
+
+def _fill_metrics(sample: dict, harness: dict, perf_text: str | None, ru) -> None:
+    """The sample's metrics and what was not measured: perf's counts (``perf_text``) or
+    wait4's rusage, the wall clock, and the harness's own lines."""
+    if perf_text is not None:
         metrics, unavailable = perf_metrics(perf_text)
         unavailable += ["nvcsw", "nivcsw"]
     else:
@@ -257,16 +289,12 @@ def run_sample(
         metrics.update(loop_metrics(harness))
     sample["metrics"] = metrics
     sample["unavailable"] = sorted(set(unavailable))
-    if use_perf and code == 0 and sig is None and harness.get("throughput") is None:
-        rerun = run_sample(
-            cell, phase=phase, perf=False, stats=stats, timeout=timeout, args=args, launch=launch
-        )
-        rerun["error"] = (
-            "perf lost the exit status (its SIGCHLD race); re-run without perf: "
-            f"{rerun['error'] or rerun['status']}"
-        )
-        rerun["perf_lost_status"] = True
-        return rerun
+
+
+def _judge(sample: dict, alloc, harness: dict, ended: tuple, timeout: float) -> None:
+    """The sample's status and error from how the process ended (exit code, signal, timed
+    out) and what the harness printed."""
+    code, sig, timed_out = ended
     if timed_out:
         sample["status"] = "timeout"
         sample["error"] = f"timed out after {timeout:g} s (process group killed)"
@@ -285,15 +313,12 @@ def run_sample(
         )
     else:
         sample["status"] = "ok"
-    if sample["status"] == "ok" and phase != "reference" and harness.get("checksum"):
-        check_checksum(sample, cell, args, timeout)
-    return sample
 
 
 def reference_checksum(cell, args, timeout: float) -> tuple[str | None, str | None]:
     """(the checksum ``cell``'s program prints under glibc with these arguments, error);
     computed once per program build and arguments (hakbench.engine.reference)."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     argv, _ = cell.command(args)
     key = cache_key(f"harness-{cell.workload.name}", [program_identity(argv[0]), argv[1:]])

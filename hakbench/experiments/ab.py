@@ -28,8 +28,8 @@ from pathlib import Path
 from hakbench.core.cell import Cell
 from hakbench.core.metrics import METRICS
 from hakbench.engine import engine, interrupts
+from hakbench.engine.launch import Launch
 from hakbench.engine.load import PROC_STAT, LoadMonitor, own_times, parse_system_stat
-from hakbench.engine.process import Launch
 from hakbench.engine.progress import Progress
 from hakbench.engine.runner import instruction_sample, run_sample
 from hakbench.engine.schedule import ab_schedule, iter_ab_schedule
@@ -67,30 +67,10 @@ def run_ab(
     budget counting the stored pairs' seconds. ``continued`` (``ab --continue``): the same,
     but the budget (``spec.max_time_s``) counts from now: a sequential run extended under
     the same anytime-valid sequence (its looks are the ones it had, and go on from there)."""
-    resume = resume or continued
     if spec.seed is None:
         spec = dataclasses.replace(spec, seed=engine.new_seed())
-    ab_plan.check_layouts(spec)  # before any revision is built
-    builds, shas = ab_plan.resolve_builds(spec)
-    with_why = ab_plan.check_spec_why(spec, builds)
-    cells = {w: ab for w, (ab, _) in with_why.items()}
-    spec = ab_plan.resolve_layouts(spec, cells)  # K a side, before anything is recorded
-    layouts = ab_plan.layout_cells(spec, cells)
-    meta = ab_plan.run_meta(spec, with_why, shas, command)
-    meta["layouts"] = {  # every layout's library is in the identity too
-        side: [str(c.resolved_allocator().preload) for c in cs]
-        for side, cs in next(iter(layouts.values())).items()
-    }
-    flag = "--continue" if continued else "--resume"
-    ident = engine.identity((c for s in layouts.values() for cs in s.values() for c in cs), out)
-    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
-    if continued:
-        before = {w: {"verdict": v} for w, v in (meta.get("verdicts") or {}).items()}
-        meta.setdefault("continuations", []).append(
-            {"max_time_s": spec.max_time_s, "before": before, "date": meta["resumed"][-1]["date"]}
-        )
-        meta["spec"]["max_time_s"] = spec.max_time_s
-        store.write_meta(meta)  # a continuation killed in its turn is still on record
+    spec, cells, layouts, meta, shas = _plan(spec, command)
+    store, meta, stored = _open(spec, out, meta, layouts, resume or continued, continued)
     slots = []
     if spec.metric in TIMED_METRICS and not spec.sequential:
         slots = ab_schedule(list(cells), spec.pairs, spec.warmup_pairs, spec.seed)
@@ -105,10 +85,66 @@ def run_ab(
     )
     run = _Run(spec, cells, session, continued, layouts)
     monitor = LoadMonitor().start()
-    interrupted = False
+    try:
+        interrupted, pairs_seconds = _measure(run, slots, perf_slots, harness if observe else None)
+    finally:
+        meta["load"] = monitor.stop()
+        if progress:
+            progress.close()
+    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
+        samples = store.samples()
+        engaged = engagement_of(spec, cells, harness, observe, run.observed)
+        result = _result(run, samples, engaged, meta, shas, perf_note)
+        result.pairs_seconds, result.interrupted = pairs_seconds, interrupted
+        result.stopped_by = interrupts.describe() if interrupted else ""
+        _finish_meta(meta, result, samples, continued)
+        result.history = history_lines(meta)
+        write_outputs(result, samples)
+        store.write_meta(meta)
+    return result
+
+
+def _plan(spec: ABSpec, command) -> tuple:
+    """The spec resolved: its builds, cells and layouts, and the run's meta.json.
+    -> (spec with its layouts, cells, layouts, meta, shas)"""
+    ab_plan.check_layouts(spec)  # before any revision is built
+    wls = ab_plan.workloads_of(spec)  # resolved once, handed down
+    builds, shas = ab_plan.resolve_builds(spec, wls)
+    with_why = ab_plan.check_spec_why(spec, builds, wls)
+    cells = {w: ab for w, (ab, _) in with_why.items()}
+    spec = ab_plan.resolve_layouts(spec, cells)  # K a side, before anything is recorded
+    layouts = ab_plan.layout_cells(spec, cells)
+    meta = ab_plan.run_meta(spec, with_why, shas, command)
+    meta["layouts"] = {  # every layout's library is in the identity too
+        side: [str(c.resolved_allocator().preload) for c in cs]
+        for side, cs in next(iter(layouts.values())).items()
+    }
+    return spec, cells, layouts, meta, shas
+
+
+def _open(spec: ABSpec, out: Path, meta: dict, layouts: dict, resume: bool, continued: bool):
+    """The run directory (``engine.open_run``), a continuation recorded in its meta.json.
+    -> (store, meta, stored samples)"""
+    flag = "--continue" if continued else "--resume"
+    ident = engine.identity((c for s in layouts.values() for cs in s.values() for c in cs), out)
+    store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, flag=flag)
+    if continued:
+        before = {w: {"verdict": v} for w, v in (meta.get("verdicts") or {}).items()}
+        meta.setdefault("continuations", []).append(
+            {"max_time_s": spec.max_time_s, "before": before, "date": meta["resumed"][-1]["date"]}
+        )
+        meta["spec"]["max_time_s"] = spec.max_time_s
+        store.write_meta(meta)  # a continuation killed in its turn is still on record
+    return store, meta, stored
+
+
+def _measure(run: _Run, slots: list, perf_slots: list, harness: dict | None) -> tuple[bool, float]:
+    """Every sample of the call: the observation runs, the counts or the pairs, the perf
+    runs. A stop ends it early. -> (interrupted, seconds the pairs took)"""
+    spec, cells = run.spec, run.cells
     pairs_seconds = 0.0
     try:
-        if observe:
+        if harness is not None:
             run.observe(harness)
         if spec.metric == "instructions":
             run.count_instructions()
@@ -122,65 +158,61 @@ def run_ab(
         for slot in perf_slots:
             run.slot(slot)
     except KeyboardInterrupt:
-        interrupted = True
         for w in run.stopper.running() if run.stopper is not None else ():
             run.stopper.stop(w, "interrupted")
-    finally:
-        meta["load"] = monitor.stop()
-        if progress:
-            progress.close()
-    with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
-        samples = store.samples()
-        engaged = engagement_of(spec, cells, harness, observe, run.observed)
-        ks = (run.k_a, run.k_b)
-        comparisons, roles, failures = judge_run(
-            samples,
-            spec,
-            cells,
-            engaged,
-            pair_seconds=run.pair_seconds,
-            stopper=run.stopper,
-            layouts=ks,
-        )
-        result = ABResult(
-            out=store.path,
-            spec=spec,
-            cells=cells,
-            comparisons=comparisons,
-            roles=roles,
-            engagement=engaged,
-            failures={w: f.note for w, f in failures.items()},
-            failed=[s for s in samples if s["status"] != "ok"],
-            unavailable=unmeasured(samples),
-            perf_counters=perf_counter_table(samples, list(cells)),
-            perf_note=perf_note,
-            noise_warning=ab_plan.noise_warning_for(spec),
-            load=meta["load"],
-            iterations=meta["iterations"],
-            pairs_seconds=pairs_seconds,
-            interrupted=interrupted,
-            stopped_by=interrupts.describe() if interrupted else "",
-            shas=shas,
-            changed_libraries=ab_plan.changed_libraries(meta),
-            layouts=layout_summaries(samples, spec, cells, ks, comparisons, run.stopper),
-            layout_note=ab_plan.layout_note(spec, cells),
-            allocator_warnings=allocator_warnings(samples),
-        )
-        meta["changed_libraries"] = result.changed_libraries
-        meta["finished"] = not interrupted
-        meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
-        meta["n_samples"] = len(samples)
-        meta["pairs_seconds"] = round(pairs_seconds, 3)
-        meta["verdicts"] = result.verdicts()
-        if continued:
-            meta["continuations"][-1]["after"] = {
-                c.workload: {"verdict": c.verdict, "n_pairs": c.n_pairs, "stop": c.stop}
-                for c in result.primary()
-            }
-        result.history = history_lines(meta)
-        write_outputs(result, samples)
-        store.write_meta(meta)
-    return result
+        return True, pairs_seconds
+    return False, pairs_seconds
+
+
+def _result(run: _Run, samples: list[dict], engaged: dict, meta: dict, shas, perf_note) -> ABResult:
+    """The verdicts of what finished (``judge_run``) and everything the report shows."""
+    spec, cells, ks = run.spec, run.cells, (run.k_a, run.k_b)
+    comparisons, roles, failures = judge_run(
+        samples,
+        spec,
+        cells,
+        engaged,
+        pair_seconds=run.pair_seconds,
+        stopper=run.stopper,
+        layouts=ks,
+    )
+    return ABResult(
+        out=run.session.store.path,
+        spec=spec,
+        cells=cells,
+        comparisons=comparisons,
+        roles=roles,
+        engagement=engaged,
+        failures={w: f.note for w, f in failures.items()},
+        failed=[s for s in samples if s["status"] != "ok"],
+        unavailable=unmeasured(samples),
+        perf_counters=perf_counter_table(samples, list(cells)),
+        perf_note=perf_note,
+        noise_warning=ab_plan.noise_warning_for(
+            spec, {w: b.workload for w, (_, b) in cells.items()}
+        ),
+        load=meta["load"],
+        iterations=meta["iterations"],
+        shas=shas,
+        changed_libraries=ab_plan.changed_libraries(meta),
+        layouts=layout_summaries(samples, spec, cells, ks, comparisons, run.stopper),
+        layout_note=ab_plan.layout_note(spec, cells),
+        allocator_warnings=allocator_warnings(samples),
+    )
+
+
+def _finish_meta(meta: dict, result: ABResult, samples: list[dict], continued: bool) -> None:
+    meta["changed_libraries"] = result.changed_libraries
+    meta["finished"] = not result.interrupted
+    meta["load_avg_1min_end"] = os.getloadavg()[0]  # noise context: other work on the VM
+    meta["n_samples"] = len(samples)
+    meta["pairs_seconds"] = round(result.pairs_seconds, 3)
+    meta["verdicts"] = result.verdicts()
+    if continued:
+        meta["continuations"][-1]["after"] = {
+            c.workload: {"verdict": c.verdict, "n_pairs": c.n_pairs, "stop": c.stop}
+            for c in result.primary()
+        }
 
 
 class _Run:

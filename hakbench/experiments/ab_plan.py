@@ -11,12 +11,13 @@ import hashlib
 from dataclasses import asdict
 from pathlib import Path
 
-from hakbench.core.cell import Cell, make_cell
+from hakbench.core.cell import Cell
 from hakbench.core.errors import UsageError
-from hakbench.core.profiles import expand_workloads, resolve_workload
+from hakbench.core.profiles import Workload, expand_workloads, resolve_workload
 from hakbench.engine import engine
+from hakbench.engine.cells import make_cell
+from hakbench.engine.launch import Launch
 from hakbench.engine.meta import collect_meta
-from hakbench.engine.process import Launch
 from hakbench.engine.runner import perf_usable
 from hakbench.engine.schedule import ab_schedule
 from hakbench.experiments.ab_spec import (
@@ -31,14 +32,19 @@ from hakbench.experiments.ab_spec import (
 from hakbench.stats import sequential as seq
 
 
-def run_length(spec: ABSpec, name: str):
+def workloads_of(spec: ABSpec) -> dict[str, Workload]:
+    """The spec's workloads, groups expanded, each resolved once: name -> Workload. ``run_ab``
+    resolves them here and hands them down (the builds, the checks, the cells)."""
+    return {name: resolve_workload(name) for name in expand_workloads(spec.workloads)}
+
+
+def run_length(spec: ABSpec, w: Workload):
     """(workload, what its iteration count is and why): ``--iters`` when given; for a timed
     metric, this machine's run-length choice (hakbench.experiments.runlength) when it has one;
     else the workload's own count. Command workloads and workloads without an iters_flag keep
     theirs."""
     from hakbench.experiments import runlength
 
-    w = resolve_workload(name)
     if w.command is not None or not w.iters_flag or w.iters_flag not in w.args:
         return w, "fixed length"
     own = runlength.iterations(w)
@@ -57,11 +63,12 @@ def build_cells(spec: ABSpec, builds: dict) -> dict:
     return {w: ab for w, (ab, _) in build_cells_why(spec, builds).items()}
 
 
-def build_cells_why(spec: ABSpec, builds: dict) -> dict:
-    """workload -> ((A, B), what its iteration count is and why)."""
+def build_cells_why(spec: ABSpec, builds: dict, wls: dict | None = None) -> dict:
+    """workload -> ((A, B), what its iteration count is and why). ``wls``: the spec's
+    workloads resolved (``workloads_of``)."""
     cells = {}
-    for name in expand_workloads(spec.workloads):
-        w, why = run_length(spec, name)
+    for resolved in (wls or workloads_of(spec)).values():
+        w, why = run_length(spec, resolved)
         b = make_cell(
             spec.allocator,
             w,
@@ -85,7 +92,9 @@ def build_cells_why(spec: ABSpec, builds: dict) -> dict:
     return cells
 
 
-def resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
+def resolve_builds(spec: ABSpec, wls: dict | None = None) -> tuple[dict, dict]:
+    """Each side's ``--rev`` built (its programs only, for ``rev_build`` fast): (side -> build
+    directory, side -> commit)."""
     builds, shas = {}, {}
     for side, rev in (("B", spec.rev), ("A", spec.baseline_rev)):
         if rev:
@@ -93,7 +102,7 @@ def resolve_builds(spec: ABSpec) -> tuple[dict, dict]:
 
             targets = None
             if spec.rev_build == "fast":
-                found = [resolve_workload(w) for w in expand_workloads(spec.workloads)]
+                found = list((wls or workloads_of(spec)).values())
                 targets = fast_targets(tuple(sorted({w.program for w in found if not w.command})))
             rb = build_at_rev(rev, targets=targets)
             builds[side], shas[side] = Path(rb.build_dir), rb.sha
@@ -105,8 +114,9 @@ def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
     return {w: ab for w, (ab, _) in check_spec_why(spec, builds).items()}
 
 
-def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
-    """``check_spec`` with each workload's iteration count and why (``build_cells_why``)."""
+def check_spec_why(spec: ABSpec, builds: dict | None = None, wls: dict | None = None) -> dict:
+    """``check_spec`` with each workload's iteration count and why (``build_cells_why``).
+    ``wls``: the spec's workloads resolved (``workloads_of``)."""
     known = (*TIMED_METRICS, "instructions")
     if spec.metric not in known:
         raise UsageError(f"unknown metric '{spec.metric}'; known: {', '.join(known)}")
@@ -118,18 +128,17 @@ def check_spec_why(spec: ABSpec, builds: dict | None = None) -> dict:
         raise UsageError(
             "--metric task-clock needs perf stat on every process (--perf each; perf missing?)"
         )
+    wls = wls or workloads_of(spec)
     if spec.metric not in ("throughput", "cpu_throughput"):
-        for w in expand_workloads(spec.workloads):
-            if resolve_workload(w).command is not None:
+        for name, w in wls.items():
+            if w.command is not None:
                 raise UsageError(
-                    f"--metric {spec.metric} measures harness programs; command workload {w} "
-                    f"is judged on its own {resolve_workload(w).primary_metric} (drop --metric)"
+                    f"--metric {spec.metric} measures harness programs; command workload {name} "
+                    f"is judged on its own {w.primary_metric} (drop --metric)"
                 )
-    if spec.extra_ops is not None and any(
-        resolve_workload(w).command is not None for w in expand_workloads(spec.workloads)
-    ):
+    if spec.extra_ops is not None and any(w.command is not None for w in wls.values()):
         raise UsageError("--extra-ops is a harness option: harness workloads only")
-    return build_cells_why(spec, builds or {})
+    return build_cells_why(spec, builds or {}, wls)
 
 
 def check_set_types(spec: ABSpec) -> None:
@@ -137,7 +146,8 @@ def check_set_types(spec: ABSpec) -> None:
     types before any revision is built (each side's build checks its own table again, and
     the options it alone has)."""
     from hakbench.core import paths
-    from hakbench.core.profiles import load_options, validate_env
+    from hakbench.core.profiles import validate_env
+    from hakbench.engine.probes import load_options
 
     if not spec.sets or not paths.options_binary().exists():
         return
@@ -173,16 +183,15 @@ def resume_spec(out: Path, *, max_time_s: float | None = None) -> ABSpec:
     return dataclasses.replace(spec, max_time_s=max_time_s)
 
 
-def judged_metrics(spec: ABSpec) -> set:
-    """The metrics the spec's workloads are judged on (``ab_spec.judged_metric``)."""
+def judged_metrics(spec: ABSpec, wls: dict | None = None) -> set:
+    """The metrics the spec's workloads (``wls``: resolved) are judged on
+    (``ab_spec.judged_metric``)."""
     from hakbench.experiments.ab_spec import judged_metric
 
-    return {
-        judged_metric(spec.metric, resolve_workload(w)) for w in expand_workloads(spec.workloads)
-    }
+    return {judged_metric(spec.metric, w) for w in (wls or workloads_of(spec)).values()}
 
 
-def noise_warning_for(spec: ABSpec) -> str | None:
+def noise_warning_for(spec: ABSpec, wls: dict | None = None) -> str | None:
     """The latest calibration's warning when the threshold is below what a fixed count of
     pairs can see. A calibration measured the noise of one metric (its ``metric``: the one a
     default ab judges, ``throughput`` before it said), so only an A/B that judges a workload
@@ -191,7 +200,7 @@ def noise_warning_for(spec: ABSpec) -> str | None:
         return None  # a sequential A/B says INCONCLUSIVE itself when the noise is too high
     from hakbench.experiments.calibration import noise_warning
 
-    return noise_warning(spec.threshold_pct, spec.pairs, metrics=judged_metrics(spec))
+    return noise_warning(spec.threshold_pct, spec.pairs, metrics=judged_metrics(spec, wls))
 
 
 def sha256_of(path: Path | None) -> str | None:

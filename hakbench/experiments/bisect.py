@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hakbench.core import paths
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.core.profiles import resolve_workload
-from hakbench.engine import engine
+from hakbench.engine import engine, process
+from hakbench.engine.cells import make_cell
 from hakbench.engine.revs import build_at_rev, fast_targets, resolve_rev
 from hakbench.engine.runner import instruction_sample
 from hakbench.experiments.ab_spec import DEFAULT_MAX_TIME_S, DEFAULT_PROFILE, ABSpec
@@ -104,21 +103,13 @@ class BisectResult:
 def first_parent_range(good: str, bad: str, root: Path) -> list[str]:
     """The commits after ``good`` up to ``bad`` along bad's first parents, oldest first; one
     line (UsageError) when good is not on that line."""
-    r = subprocess.run(
-        ["git", "-C", str(root), "rev-list", "--first-parent", "--reverse", f"{good}..{bad}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if r.returncode != 0:
-        raise UsageError(f"git rev-list {good[:12]}..{bad[:12]} failed: {r.stderr.strip()}")
+    git = ["git", "-C", str(root), "rev-list", "--first-parent"]
+    r = process.run([*git, "--reverse", f"{good}..{bad}"], timeout=60)
+    if not r.ok:
+        why = r.error or r.stderr.strip()
+        raise UsageError(f"git rev-list {good[:12]}..{bad[:12]} failed: {why}")
     commits = r.stdout.split()
-    chain = subprocess.run(
-        ["git", "-C", str(root), "rev-list", "--first-parent", bad],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout.split()
+    chain = process.run([*git, bad], timeout=60).stdout.split()
     if good not in chain:
         raise UsageError(f"--good {good[:12]} is not on --bad {bad[:12]}'s first-parent line")
     if not commits:
@@ -129,12 +120,7 @@ def first_parent_range(good: str, bad: str, root: Path) -> list[str]:
 def subjects_of(commits: list[str], root: Path) -> dict:
     out = {}
     for sha in commits:
-        r = subprocess.run(
-            ["git", "-C", str(root), "log", "-1", "--format=%s", sha],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        r = process.run(["git", "-C", str(root), "log", "-1", "--format=%s", sha], timeout=30)
         out[sha] = r.stdout.strip()
     return out
 

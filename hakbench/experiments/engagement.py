@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hakbench.collect.allocstats import counter
 from hakbench.core.cell import Cell
-from hakbench.core.profiles import load_options
+from hakbench.engine.probes import load_options
 
 
 def differing_switches(a: Cell, b: Cell) -> dict:

@@ -50,7 +50,6 @@ import dataclasses
 import datetime as _dt
 import os
 import platform
-import subprocess
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from pathlib import Path
 from hakbench.core import paths
 from hakbench.core.errors import UsageError
 from hakbench.core.profiles import resolve_workload, scaled_workload
+from hakbench.engine import process
 
 GATE_FILE = "gate.json"
 DEFAULT_TOLERANCE_PCT = 0.5
@@ -178,7 +178,7 @@ def load_gate(path: Path | None = None) -> GateSpec:
 
 def gate_cells(spec: GateSpec, *, build: Path | None = None) -> list:
     """One fast-variant libhakmem cell per (profile, workload), names validated."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     return [
         make_cell(
@@ -334,9 +334,8 @@ def resumed_spec(meta: dict, out: Path) -> GateSpec:
 
 
 def _first_line(argv: list[str]) -> str | None:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    out = process.run(argv, timeout=30)
+    if out.error is not None or out.timed_out:
         return None
     lines = (out.stdout or out.stderr).strip().splitlines()
     return lines[0].strip() if lines else None

@@ -18,14 +18,13 @@ from __future__ import annotations
 import csv
 import re
 import shutil
-import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hakbench.collect.perfstat import probe_perf
 from hakbench.core.allocators import REFERENCES
 from hakbench.core.errors import MeasurementError
+from hakbench.engine import process
+from hakbench.engine.probes import probe_perf
 
 REPORT_FIELDS = ("rank", "self_pct", "symbol", "dso", "space", "group")
 GROUPS = (
@@ -170,10 +169,8 @@ def hakmem_symbols(library: Path | None) -> dict[str, str]:
     """libhakmem's function symbols and their group; {} when the library or nm is missing."""
     if library is None or not Path(library).exists() or shutil.which("nm") is None:
         return {}
-    r = subprocess.run(
-        ["nm", "--defined-only", "-l", str(library)], capture_output=True, text=True, timeout=120
-    )
-    return parse_nm(r.stdout) if r.returncode == 0 else {}
+    out = process.output(["nm", "--defined-only", "-l", str(library)], timeout=120)
+    return parse_nm(out) if out is not None else {}
 
 
 def classify(row: Hotspot, hakmem: dict[str, str], harness_dsos: set[str]) -> str:
@@ -233,10 +230,10 @@ def profile_sample(
     sample of the engine (``hakbench.engine.engine.Session.take``): its status (``ok``,
     ``failed`` when perf failed or wrote nothing, ``wrong_allocator``, ``timeout``), the
     harness's output, the paths of its perf data and of the report written from it.
-    perf runs in its own session under the one signal policy (``process.run_captured``):
+    perf runs in its own session under the one signal policy (``process.run``, stoppable):
     a stop signal ends it and the profile is a cut sample, never stored."""
     from hakbench.collect.harness import parse_harness_output
-    from hakbench.engine.process import new_sample, run_captured
+    from hakbench.engine.process import new_sample
 
     sample = new_sample(cell, PHASE)
     argv, env = cell.command(args=list(args))
@@ -244,14 +241,13 @@ def profile_sample(
     cmd += ["-g"] if call_graph else []
     sample.update(argv=argv, perf_event=event, perf_frequency=frequency, perf_data=str(data))
     sample["perf_report"] = str(data.parent / "perf_report.txt")
-    t0 = time.perf_counter()
-    try:
-        code, stdout, stderr = run_captured([*cmd, "--", *argv], env, timeout)
-    except subprocess.TimeoutExpired:
+    ended = process.run([*cmd, "--", *argv], env=env, timeout=timeout, stoppable=True)
+    if ended.timed_out:
         sample.update(status="timeout", error=f"perf record exceeded {timeout:g} s")
         return sample
-    harness = parse_harness_output(stdout)
-    sample.update(wall_s=time.perf_counter() - t0, returncode=code, harness=harness)
+    code, stderr = ended.returncode, ended.stderr or ended.error or ""
+    harness = parse_harness_output(ended.stdout)
+    sample.update(wall_s=ended.wall_s, returncode=code, harness=harness)
     impl, expect = str(harness.get("malloc_impl", "")), cell.resolved_allocator().expect_impl
     if code != 0 or not data.exists():
         tail = " | ".join(stderr.strip().splitlines()[-3:])
@@ -270,30 +266,13 @@ def profile_sample(
 
 
 def report(data: Path, percent_limit: float) -> str:
-    r = subprocess.run(
-        [
-            "perf",
-            "report",
-            "-i",
-            str(data),
-            "--stdio",
-            "--no-children",
-            "-g",
-            "none",
-            "-s",
-            "dso,symbol",
-            "-t",
-            ";",
-            "--percent-limit",
-            f"{percent_limit:g}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,  # written after a stop too: a Ctrl-C at the terminal spares it
-    )
-    if r.returncode != 0:
-        raise MeasurementError(f"perf report failed: {r.stderr.strip()[-300:]}")
+    argv = ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none"]
+    argv += ["-s", "dso,symbol", "-t", ";", "--percent-limit", f"{percent_limit:g}"]
+    # not stoppable: the report is written after a stop too (the launcher's own session
+    # spares it a Ctrl-C at the terminal)
+    r = process.run(argv, timeout=600)
+    if not r.ok:
+        raise MeasurementError(f"perf report failed: {(r.error or r.stderr).strip()[-300:]}")
     return r.stdout
 
 

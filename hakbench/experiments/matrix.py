@@ -6,7 +6,6 @@ its reference) through the engine, resumed by cell, phase, round and pair, and s
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,7 +79,7 @@ def make_matrix_cells(
     spec: MatrixSpec, *, build: Path | None = None
 ) -> tuple[list[MatrixCell], list[Skipped]]:
     """Runnable cells, and the ones skipped because their allocator is not installed/built."""
-    from hakbench.core.cell import make_cell
+    from hakbench.engine.cells import make_cell
 
     cells: list[MatrixCell] = []
     skipped: list[Skipped] = []
@@ -225,19 +224,10 @@ def _matrix_record(spec: MatrixSpec, metric: str, runs: int, instructions: bool)
     }
 
 
-def _resumed_meta(out_dir: Path, cells, ident: dict, shard_info, metric: str, runs) -> tuple:
-    """(the stored meta.json, the rounds to finish) of a matrix run to resume, after checking
-    that it ran these cells, this shard, this metric and plan, on this tree, build and
-    machine (runs before the identity was recorded resume unchecked); one line otherwise."""
-    from hakbench.engine import engine
-    from hakbench.engine.store import read_json
-
-    if not (out_dir / "meta.json").exists():
-        raise UsageError(f"--resume {out_dir}: no meta.json there, nothing to resume")
-    meta = read_json(out_dir / "meta.json")
+def _resumable(meta: dict, cells, shard_info, metric: str, out_dir: Path) -> None:
+    """That a stored matrix run ran these cells, this shard, this metric and plan (one
+    line, exit 2, otherwise); ``engine.open_run`` then checks tree, build and machine."""
     _meta_cells_match(meta, cells, out_dir)
-    if "identity" in meta:
-        engine.check_identity(meta["identity"], ident, out_dir)
     if meta.get("shard") != shard_info:
         raise UsageError(f"--resume {out_dir}: it ran shard {meta.get('shard')}, not this one")
     if meta["matrix"]["metric"] != metric:
@@ -248,10 +238,6 @@ def _resumed_meta(out_dir: Path, cells, ident: dict, shard_info, metric: str, ru
             f"--resume {out_dir}: it ran in plan {old}'s order, not plan {PLAN_VERSION}'s "
             "(adjacent pairs); start a new --out"
         )
-    runs = runs or meta["matrix"]["runs"]  # by default, finish the plan it started
-    meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
-    meta.setdefault("resumed", []).append(_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-    return meta, runs
 
 
 def run_matrix(
@@ -279,39 +265,65 @@ def run_matrix(
     """
     from hakbench.engine import engine, interrupts
     from hakbench.engine.load import LoadMonitor
-    from hakbench.engine.meta import collect_meta
-    from hakbench.engine.store import RunStore
 
     metric = metric or spec.metric
     if metric not in METRIC_OF:
         raise UsageError(f"metric must be one of {', '.join(METRIC_OF)}, got {metric!r}")
     cells, skipped, shard_info = _runnable_cells(spec, metric, build, shard)
     out_dir = Path(out_dir)
-    samples_file = out_dir / "samples.jsonl"
-    ident = engine.identity((c.cell for c in cells), out_dir)
-    if resume:
-        meta, runs = _resumed_meta(out_dir, cells, ident, shard_info, metric, runs)
-    else:
-        if samples_file.exists():
-            raise UsageError(
-                f"{out_dir} already holds samples; pass --resume {out_dir} or a new --out"
-            )
-        if instructions is None:
-            instructions = spec.instructions
-        runs = runs or spec.runs
-        meta = collect_meta(
-            command,
-            kind="matrix",
-            run_id=out_dir.name,
-            matrix=_matrix_record(spec, metric, runs, instructions),
-            cells=cells_meta(cells),
-            skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
-            shard=shard_info,
-            identity=ident,
-        )
-    store = RunStore(out_dir)
+    store, meta, previous = engine.open_run(
+        out_dir,
+        _fresh_meta(spec, out_dir, cells, skipped, shard_info, metric, runs, instructions, command),
+        resume=resume,
+        ident=engine.identity((c.cell for c in cells), out_dir),
+        check=lambda stored: _resumable(stored, cells, shard_info, metric, out_dir),
+    )
+    runs = runs or meta["matrix"]["runs"]  # resumed: by default, finish the plan it started
+    meta["matrix"]["runs"] = max(runs, meta["matrix"]["runs"])
     store.write_meta(meta)
-    previous = store.samples() if samples_file.exists() else []
+    todo = _todo(cells, meta, runs, metric, previous)
+    # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
+    group_size = Counter(p.phase == "instructions" for p, _ in todo)
+    group_done: Counter = Counter()
+
+    def step(sample: dict) -> None:
+        group = sample["phase"] == "instructions"
+        group_done[group] += 1
+        if on_sample:
+            on_sample(group_done[group], group_size[group], sample)
+
+    session = engine.Session(store, on_sample=step)
+    monitor = LoadMonitor().start()
+    for p, tags in todo:
+        session.take(tags, lambda p=p: take_sample(cells[p.index].cell, p.phase))
+    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
+        meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
+        store.write_meta(meta)
+        summaries = write_dir_summary(out_dir)
+    return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
+
+
+def _fresh_meta(spec, out_dir, cells, skipped, shard_info, metric, runs, instructions, command):
+    """meta.json of a new run of this matrix (a resumed run keeps its own)."""
+    from hakbench.engine.meta import collect_meta
+
+    if instructions is None:
+        instructions = spec.instructions
+    return collect_meta(
+        command,
+        kind="matrix",
+        run_id=out_dir.name,
+        matrix=_matrix_record(spec, metric, runs or spec.runs, instructions),
+        cells=cells_meta(cells),
+        skipped=[{"label": s.label, "reason": s.reason} for s in skipped],
+        shard=shard_info,
+    )
+
+
+def _todo(cells, meta: dict, runs: int, metric: str, previous: list[dict]) -> list[tuple]:
+    """The planned samples not yet stored, each with its tags: (PlannedSample, tags)."""
+    from hakbench.engine import engine
+
     m = meta["matrix"]
     phase = "measure" if metric == "throughput" else "instructions"
     # timed rounds pair each cell with its reference; exact instruction counts need no pair
@@ -337,33 +349,14 @@ def run_matrix(
             "run_id": meta["run_id"],
         }
 
-    done = {engine.key(tags(p)) for p in planned} & {engine.key(s) for s in previous}
-    todo = [
-        p
+    done = {engine.key(s) for s in previous}
+    return [
+        (p, tags(p))
         for p in planned
         if engine.key(tags(p)) not in done
         # instruction counts are per harness op: a command workload (a real program) has none
         and not (p.phase == "instructions" and cells[p.index].cell.workload.command)
     ]
-    # progress counts timed samples and instruction counts apart: they differ 50-fold in cost
-    group_size = Counter(p.phase == "instructions" for p in todo)
-    group_done: Counter = Counter()
-
-    def step(sample: dict) -> None:
-        group = sample["phase"] == "instructions"
-        group_done[group] += 1
-        if on_sample:
-            on_sample(group_done[group], group_size[group], sample)
-
-    session = engine.Session(store, on_sample=step)
-    monitor = LoadMonitor().start()
-    for p in todo:
-        session.take(tags(p), lambda p=p: take_sample(cells[p.index].cell, p.phase))
-    with interrupts.finishing():  # the summary of what finished: a stop cuts nothing here
-        meta["load"] = monitor.stop()  # this session's (a resumed run records its last one)
-        store.write_meta(meta)
-        summaries = write_dir_summary(out_dir)
-    return MatrixRun(spec, out_dir, cells, skipped, meta, summaries, len(todo), len(previous))
 
 
 def _pair_key(cells: list[MatrixCell], p: PlannedSample) -> str | None:

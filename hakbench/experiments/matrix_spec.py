@@ -39,12 +39,12 @@ from hakbench.core.allocators import VARIANTS, is_path_spec, resolve_allocator
 from hakbench.core.errors import UsageError
 from hakbench.core.profiles import (
     expand_workloads,
-    load_options,
     load_profiles,
     load_workloads,
     resolve_profile,
     validate_env,
 )
+from hakbench.engine.probes import load_options
 
 METRIC_OF = {"throughput": "throughput", "instructions": "ir_per_op"}
 NAMED_AXES = ("allocator", "variant", "profile", "workload")

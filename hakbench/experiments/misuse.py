@@ -16,7 +16,6 @@ and the scorecard judge FAILED when the process dies (``-w @misuse`` says so).
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from hakbench.core import paths, suites
 from hakbench.core.allocators import Allocator, resolve_allocator
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.core.procenv import clean_env
+from hakbench.engine import process
 from hakbench.experiments.misuse_suite import (
     SuiteProbes,
     open_suite,
@@ -72,9 +72,9 @@ def list_patterns(build: Path | None = None) -> list[str]:
     probe = probe_path(build)
     if not probe.exists():
         raise UsageError(f"{probe} not built (run `make build`)")
-    r = subprocess.run([str(probe), "--list"], capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise MeasurementError(f"{probe} --list failed: exit {r.returncode}")
+    r = process.run([str(probe), "--list"], timeout=30)
+    if not r.ok:
+        raise MeasurementError(f"{probe} --list failed: {r.error or f'exit {r.returncode}'}")
     return [line for line in r.stdout.splitlines() if line]
 
 
@@ -201,25 +201,11 @@ def run_misuse(
     otherwise)."""
     from hakbench.engine import engine, interrupts
     from hakbench.engine.progress import Progress
-    from hakbench.engine.store import write_json, write_text
-    from hakbench.report.misuse_md import run_markdown
 
     if not resume and (out / PROBES_FILE).exists():
         raise UsageError(f"{out} already holds a misuse run ({PROBES_FILE}); pick another --out")
-    meta = dict(meta or {})
+    meta = _run_meta(meta, allocators, patterns, build, runs, timeout, skipped, suite)
     programs = [probe_path(build)] if patterns else []
-    meta.update(
-        kind="misuse",
-        probe=str(probe_path(build)) if patterns else None,
-        allocators=[a.label for a in allocators],
-        libraries={a.label: str(a.preload) if a.preload else "" for a in allocators},
-        targets=[_target_record(a) for a in allocators],
-        patterns=list(patterns),
-        runs=runs,
-        timeout=timeout,
-        skipped=list(skipped or []),
-        suite=suite.record() if suite else None,
-    )
     files = [*programs, *(suite.files() if suite else []), *(a.preload for a in allocators)]
     ident = engine.identity_of(files, {}, out)
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident, name=PROBES_FILE)
@@ -244,16 +230,42 @@ def run_misuse(
         if bar:
             bar.close()
     with interrupts.finishing():  # the report of what finished: a stop cuts nothing here
-        records = [stored_record(r) for r in session.finished]
-        rows = rows_of(pattern_records(records))
-        suite_rows = misuse_suite_model.rows_of(records)
-        meta["interrupted"] = interrupted
-        meta["probes_run"] = len(records)
-        write_text(out / "misuse.csv", rows_csv(rows))
-        if suite:
-            write_text(out / misuse_suite_model.SUITE_CSV, misuse_suite_model.rows_csv(suite_rows))
-        write_text(out / "misuse.md", run_markdown(rows, meta, records))
-        write_json(out / "meta.json", meta)
+        return _write_outputs(out, meta, session.finished, interrupted, suite)
+
+
+def _run_meta(meta, allocators, patterns, build, runs, timeout, skipped, suite) -> dict:
+    """meta.json of a misuse run: what it runs, under which libraries, with which limits."""
+    meta = dict(meta or {})
+    meta.update(
+        kind="misuse",
+        probe=str(probe_path(build)) if patterns else None,
+        allocators=[a.label for a in allocators],
+        libraries={a.label: str(a.preload) if a.preload else "" for a in allocators},
+        targets=[_target_record(a) for a in allocators],
+        patterns=list(patterns),
+        runs=runs,
+        timeout=timeout,
+        skipped=list(skipped or []),
+        suite=suite.record() if suite else None,
+    )
+    return meta
+
+
+def _write_outputs(out: Path, meta: dict, finished, interrupted: bool, suite) -> MisuseRun:
+    """misuse.csv (suite-probes.csv), misuse.md and meta.json from the finished records."""
+    from hakbench.engine.store import write_json, write_text
+    from hakbench.report.misuse_md import run_markdown
+
+    records = [stored_record(r) for r in finished]
+    rows = rows_of(pattern_records(records))
+    suite_rows = misuse_suite_model.rows_of(records)
+    meta["interrupted"] = interrupted
+    meta["probes_run"] = len(records)
+    write_text(out / "misuse.csv", rows_csv(rows))
+    if suite:
+        write_text(out / misuse_suite_model.SUITE_CSV, misuse_suite_model.rows_csv(suite_rows))
+    write_text(out / "misuse.md", run_markdown(rows, meta, records))
+    write_json(out / "meta.json", meta)
     return MisuseRun(out, records, rows, meta["skipped"], interrupted, suite_rows)
 
 

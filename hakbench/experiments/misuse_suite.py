@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +24,8 @@ from hakbench.core.allocators import Allocator
 from hakbench.core.errors import UsageError
 from hakbench.core.procenv import clean_env
 from hakbench.core.profiles import closest
+from hakbench.engine import process, suite_build
 from hakbench.engine.hakrun import hakprobe_library
-from hakbench.engine.process import wait_group
 from hakbench.tables.misuse_model import compact_stderr
 from hakbench.tables.misuse_suite_model import (
     BENIGN,
@@ -114,7 +112,7 @@ def open_suite(
     through: no checkout, exit 5; a failed build, exit 3). A build without probes, or a
     benign program missing from it, is a SuiteError too."""
     suite_dir = suites.resolve_suite_dir(explicit)
-    build = suites.ensure_built(suite_dir, cache_root)
+    build = suite_build.ensure_built(suite_dir, cache_root)
     known = list_probes(build)
     if not known:
         raise suites.SuiteError(f"{build / 'security'} holds no probe programs")
@@ -124,7 +122,7 @@ def open_suite(
             f"{build} lacks the benign programs {', '.join(missing)} the probes are judged by"
         )
     chosen = select_names(known, wanted, "suite probe", "hakbench misuse --list names them")
-    return SuiteProbes(suites.suite_info(suite_dir, build), build, tuple(chosen))
+    return SuiteProbes(suite_build.suite_info(suite_dir, build), build, tuple(chosen))
 
 
 def resumed_suite(record: dict | None) -> SuiteProbes | None:
@@ -141,33 +139,24 @@ def resumed_suite(record: dict | None) -> SuiteProbes | None:
 # ---- running ----
 
 
-def run_ended(argv: list[str], env: dict, timeout: float, *, stdin=subprocess.DEVNULL) -> dict:
+def run_ended(argv: list[str], env: dict, timeout: float) -> dict:
     """One process in its own session, however it ends: exit code (negative: the signal),
     whether hakbench's timeout ended it, wall time, stdout and stderr (raw text). A
-    program that cannot start has returncode None and the reason on stderr."""
-    out_record = {"returncode": None, "signal": None, "timed_out": False, "wall_s": None}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=stdin, stdout=out, stderr=err, env=env, start_new_session=True
-            )
-        except OSError as e:
-            return {**out_record, "stdout": "", "stderr": f"cannot start {argv[0]}: {e}\n"}
-        status, _, timed_out = wait_group(proc, timeout)
-        wall = round(time.perf_counter() - t0, 4)
-        texts = []
-        for f in (out, err):
-            f.seek(0)
-            texts.append(f.read().decode(errors="replace"))
-    code = os.waitstatus_to_exitcode(status)
+    program that cannot start has returncode None and the reason on stderr. A stop signal
+    kills it (the engine's launcher, stoppable: it is a measured process)."""
+    r = process.run(argv, env=env, timeout=timeout, stoppable=True)
+    if r.error is not None:
+        return {
+            **{"returncode": None, "signal": None, "timed_out": False, "wall_s": None},
+            **{"stdout": "", "stderr": r.error + "\n"},
+        }
     return {
-        "returncode": code,
-        "signal": -code if code < 0 else None,
-        "timed_out": timed_out,
-        "wall_s": wall,
-        "stdout": texts[0],
-        "stderr": texts[1],
+        "returncode": r.returncode,
+        "signal": r.signal,
+        "timed_out": r.timed_out,
+        "wall_s": round(r.wall_s, 4),
+        "stdout": r.stdout,
+        "stderr": r.stderr,
     }
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from hakbench.core import paths
 from hakbench.core.allocators import Allocator, resolve_allocator
-from hakbench.core.cell import make_cell
 from hakbench.core.errors import UsageError
 from hakbench.core.profiles import resolve_workload
+from hakbench.engine.cells import make_cell
 
 SOAK_PROGRAM = "bench_soak"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")

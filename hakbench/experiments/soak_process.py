@@ -6,15 +6,9 @@ the whole soak, or a short separate ``strace -f -c`` pass).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +16,7 @@ from pathlib import Path
 from hakbench.collect.allocstats import parse_alloc_stats
 from hakbench.collect.harness import parse_epoch_line, parse_harness_output
 from hakbench.core.procenv import clean_env
-from hakbench.engine import interrupts
+from hakbench.engine import interrupts, process
 from hakbench.experiments.soak_plan import SoakTarget
 
 EPOCH_COLUMNS = (
@@ -106,13 +100,6 @@ class SoakRun:
         return int(ops) if isinstance(ops, int) else sum(int(e["ops"] or 0) for e in self.epochs)
 
 
-def signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-
-
 def _soak_env(target: SoakTarget, stats_file: Path | None) -> dict:
     env = dict(target.env)
     if stats_file is not None:
@@ -127,32 +114,6 @@ def _soak_args(target: SoakTarget, epochs: int, epoch_ms: int, leak_kb_per_s: in
     if leak_kb_per_s:
         argv += ["--leak-kb-per-s", str(leak_kb_per_s)]
     return argv
-
-
-class _StderrTail(threading.Thread):
-    """Drains the child's stderr (so it never blocks on a full pipe), keeping all of it."""
-
-    def __init__(self, stream):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.lines: list[str] = []
-
-    def run(self):
-        for line in self.stream:
-            self.lines.append(line)
-
-
-def _terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM (the harness prints its summary and exits), SIGKILL if it lingers.
-
-    Never blocks: it may run inside a signal handler or a timer thread.
-    """
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    killer = threading.Timer(TERM_GRACE_S, lambda: proc.poll() is None and proc.kill())
-    killer.daemon = True
-    killer.start()
 
 
 def run_target(
@@ -171,63 +132,42 @@ def run_target(
     ``interrupted`` and the caller, inside an ``interrupts.deferred`` section, stops the soak.
     """
     run = SoakRun(target)
-    stopped = threading.Event()
     with tempfile.TemporaryDirectory(prefix="hakbench-soak-") as tmp:
         stats_file = Path(tmp) / "stats.txt" if target.allocator.name == "hakmem" else None
         run.argv = _soak_args(target, epochs, epoch_ms, leak_kb_per_s)
         env = clean_env(_soak_env(target, stats_file), target.allocator.preload)
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            run.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
-        )
-        run.pid = proc.pid
-
-        def stop() -> None:
-            stopped.set()
-            _terminate(proc)
-
-        stderr = _StderrTail(proc.stderr)
-        stderr.start()
         # A hung process must not hang the soak: the harness has its own clock, this is a net.
         limit_s = epochs * epoch_ms / 1000.0 * 1.5 + 60.0
-        timed_out = threading.Event()
-
-        def on_timeout():
-            timed_out.set()
-            _terminate(proc)
-
-        watchdog = threading.Timer(limit_s, on_timeout)
-        watchdog.daemon = True
-        watchdog.start()
-        stdout_lines: list[str] = []
-        try:
-            with interrupts.stopping(stop):
-                for line in proc.stdout:
-                    epoch = parse_epoch_line(line)
-                    if epoch is None:
-                        stdout_lines.append(line)
-                        continue
-                    # Read /proc first, while the line is fresh: the epoch and the kernel's view
-                    # must describe the same moment.
-                    kernel = read_proc(proc.pid)
-                    row = _epoch_row(target, epoch, kernel)
-                    run.epochs.append(row)
-                    if on_epoch is not None:
-                        on_epoch(run, row)
-                run.returncode = proc.wait()
-        finally:
-            watchdog.cancel()
-            if run.returncode is None:  # on_epoch raised: do not leave the child running
-                _terminate(proc)
-        stderr.join(TERM_GRACE_S)
-        run.wall_s = time.monotonic() - started
-        stderr_text = "".join(stderr.lines)
-        run.stderr_tail = "".join(stderr.lines[-STDERR_TAIL_LINES:])
-        run.harness = parse_harness_output("".join(stdout_lines))
+        with process.streaming(run.argv, env, watchdog_s=limit_s, grace_s=TERM_GRACE_S) as proc:
+            run.pid = proc.pid
+            stdout = _read_epochs(run, proc, on_epoch)
+            run.returncode = proc.wait()
+        run.wall_s = proc.wall_s
+        stderr_text = "".join(proc.stderr_lines)
+        run.stderr_tail = "".join(proc.stderr_lines[-STDERR_TAIL_LINES:])
+        run.harness = parse_harness_output(stdout)
         stats_text = stats_file.read_text() if stats_file and stats_file.exists() else ""
         run.alloc_stats = parse_alloc_stats(stats_text) or parse_alloc_stats(stderr_text)
-    _judge_end(run, epochs, stopped.is_set(), timed_out.is_set())
+    _judge_end(run, epochs, proc.stopped.is_set(), proc.timed_out.is_set())
     return run
+
+
+def _read_epochs(run: SoakRun, proc, on_epoch) -> str:
+    """Each epoch line of ``proc``'s stdout into ``run.epochs`` (with /proc's figures read
+    as it arrives); the other lines (the harness's summary), as text."""
+    other: list[str] = []
+    for line in proc.lines():
+        epoch = parse_epoch_line(line)
+        if epoch is None:
+            other.append(line)
+            continue
+        # Read /proc first, while the line is fresh: the epoch and the kernel's view
+        # must describe the same moment.
+        row = _epoch_row(run.target, epoch, read_proc(proc.pid))
+        run.epochs.append(row)
+        if on_epoch is not None:
+            on_epoch(run, row)
+    return "".join(other)
 
 
 def _epoch_row(target: SoakTarget, epoch: dict, kernel: dict) -> dict:
@@ -252,7 +192,7 @@ def _judge_end(run: SoakRun, planned: int, interrupted: bool, timed_out: bool) -
     elif timed_out:
         run.status, run.cause = "timeout", f"did not finish in time and was stopped {seen}"
     elif rc is not None and rc < 0:
-        run.status, run.cause = "crashed", f"killed by {signal_name(rc)} {seen}"
+        run.status, run.cause = "crashed", f"killed by {process.signal_name(-rc)} {seen}"
     elif rc:
         run.status, run.cause = "crashed", f"exited with status {rc} {seen}"
     elif run.harness.get("throughput") is None:
@@ -329,35 +269,17 @@ def strace_budget(target: SoakTarget, seconds: float, epoch_ms: int) -> dict:
         if target.allocator.preload is not None:
             argv += ["-E", f"LD_PRELOAD={target.allocator.preload}"]
         argv += _soak_args(target, epochs, pass_epoch_ms, 0)
-        # its own session, so a stop signal or the timeout ends strace and the traced soak
-        # together (killing strace alone would leave its tracee running on, detached)
-        proc = subprocess.Popen(
-            argv,
-            env=clean_env(target.env, None),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-
-        def kill() -> None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-        try:
-            with interrupts.stopping(kill):
-                stdout, stderr = proc.communicate(timeout=epochs * pass_epoch_ms / 1000 * 5 + 60)
-        except subprocess.TimeoutExpired:
-            kill()
-            proc.communicate()
+        # the launcher's own session and stop policy: a stop signal or the timeout ends
+        # strace and the traced soak together (killing strace alone would leave its tracee
+        # running on, detached)
+        timeout = epochs * pass_epoch_ms / 1000 * 5 + 60
+        r = process.run(argv, env=clean_env(target.env, None), timeout=timeout, stoppable=True)
+        if r.timed_out:
             return budget_row(source, {}, 0, "strace pass timed out")
-        except BaseException:
-            kill()
-            proc.communicate()
-            raise
+        stdout, stderr = r.stdout, r.stderr or r.error or ""
         ops = parse_harness_output(stdout).get("ops")
-        if proc.returncode != 0 or not isinstance(ops, int):
+        if r.returncode != 0 or not isinstance(ops, int):
             tail = stderr.strip().splitlines()[-1:] or [""]
-            return budget_row(source, {}, 0, f"strace pass failed ({proc.returncode}): {tail[0]}")
+            return budget_row(source, {}, 0, f"strace pass failed ({r.returncode}): {tail[0]}")
         counts = parse_strace_summary(out.read_text() if out.exists() else "")
         return budget_row(source, {s: counts.get(s, 0) for s in TRACED_SYSCALLS}, ops)

@@ -8,6 +8,7 @@ from pathlib import Path
 from hakbench.core.metrics import METRICS, PERF_SOURCED
 from hakbench.engine.instructions import BLIND_SPOTS
 from hakbench.engine.load import describe as describe_load
+from hakbench.report.ab_notes import ab_failure_lines, ab_notes_lines, ab_unavailable_lines
 from hakbench.report.ab_rule import rule_lines, share_text, warning_lines
 from hakbench.stats.stats import INCONCLUSIVE
 from hakbench.stats.stopper import LAYOUT_LIMITED_PAIRS, LAYOUT_RULE
@@ -248,6 +249,23 @@ def layout_lines(result) -> list[str]:
 
 
 def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str = "") -> Path:
+    lines = _ab_header_lines(result, calibration) + _ab_provenance_lines(result)
+    lines += ["## Verdicts", ""]
+    lines += _table(VERDICT_HEADER, verdict_rows(result))
+    lines += [""] + layout_lines(result)
+    lines += ["", "## The rule", ""] + _ab_rule_lines(result)
+    for w in result.cells:
+        lines += _ab_workload_lines(result, w)
+    lines += ab_unavailable_lines(result)
+    lines += warning_lines(getattr(result, "allocator_warnings", {}))
+    lines += ab_failure_lines(result)
+    lines += ab_notes_lines(samples)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _ab_header_lines(result, calibration: str) -> list[str]:
+    """The title and what to know before the verdicts: A/A, noise, interruption, load."""
     spec = result.spec
     lines = [f"# A/B: {spec.describe()}", ""]
     if spec.is_aa:
@@ -268,22 +286,29 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
             f"`hakbench ab --resume {result.out}` finishes the run.",
             "",
         ]
-    lines += [describe_load(result.load), ""]
+    return lines + [describe_load(result.load), ""]
+
+
+def _ab_design(spec) -> str:
     if spec.metric == "instructions":
-        design = "one callgrind run per side"
-    elif spec.sequential:
-        design = (
+        return "one callgrind run per side"
+    if spec.sequential:
+        return (
             f"sequential: pairs until each workload is decided, budget {spec.max_time_s:g} s "
             f"or {spec.max_pairs} pairs, after {spec.warmup_pairs} warm-up pairs; seed {spec.seed}"
         )
-    else:
-        design = (
-            f"{spec.pairs} measured pairs (fixed, --runs) + {spec.warmup_pairs} warm-up pairs "
-            f"per workload, seed {spec.seed}"
-        )
-    lines += [
+    return (
+        f"{spec.pairs} measured pairs (fixed, --runs) + {spec.warmup_pairs} warm-up pairs "
+        f"per workload, seed {spec.seed}"
+    )
+
+
+def _ab_provenance_lines(result) -> list[str]:
+    """Where the results are, how they were measured, which code and which calls."""
+    spec = result.spec
+    lines = [
         f"Results: `{result.out}` · metric: {spec.metric} · variant: {spec.variant} · "
-        f"{design} · threshold {spec.threshold_pct:g} %",
+        f"{_ab_design(spec)} · threshold {spec.threshold_pct:g} %",
         "",
     ]
     lines += perf_mode_lines(result)
@@ -303,12 +328,13 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
     if len(getattr(result, "history", [])) > 1:  # resumed or continued: every call says so
         lines += ["Calls that measured into this directory:", ""]
         lines += [f"- {h}" for h in result.history] + [""]
-    lines += ["## Verdicts", ""]
-    lines += _table(VERDICT_HEADER, verdict_rows(result))
-    lines += [""] + layout_lines(result)
-    lines += ["", "## The rule", ""]
+    return lines
+
+
+def _ab_rule_lines(result) -> list[str]:
+    spec = result.spec
     if spec.metric == "instructions":
-        lines += [
+        lines = [
             "Exact counts (callgrind Ir per harness op, start-up netted), one run per side: "
             f"GO when B/A <= 1 - {spec.threshold_pct:g} %, NO-GO when B/A >= 1 + "
             f"{spec.threshold_pct:g} %, else NEUTRAL. No p-value: the count does not vary.",
@@ -317,8 +343,8 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
             "",
         ]
     else:
-        lines += rule_lines(result)
-    lines += [
+        lines = rule_lines(result)
+    return lines + [
         "Engagement: every HAKMEM_* switch that differs between A and B is checked against "
         "the counters its row of the options table names (allocator/src/options.h, "
         "`hakmem-options --json`) in one stats-build run per side: engaged when one of them "
@@ -326,106 +352,38 @@ def write_ab_report(result, samples: list[dict], path: Path, *, calibration: str
         "timing verdict; PARTIAL (some acted, some did not) is reported beside it.",
         "",
     ]
-    for w, (a, b) in result.cells.items():
-        lines += [f"## {w}", "", f"- A: `{a.label}` ({a.key})", f"- B: `{b.label}` ({b.key})"]
-        lines += [
-            f"- engagement: {result.engagement[w]['status']} — {result.engagement[w]['detail']}",
-            "",
-        ]
-        rows = []
-        by_metric = {c.metric: c for c in result.comparisons if c.workload == w}
-        for m in TABLE_METRICS:
-            c = by_metric.get(m)
-            if c is None:
-                continue
-            meta = METRICS[m]
-            rows.append(
-                [
-                    m,
-                    meta.unit,
-                    "higher" if meta.higher_is_better else "lower",
-                    fmt(c.a_median),
-                    fmt(c.b_median),
-                    fmt_ratio(c),
-                    fmt_p(c.p_value),
-                    c.verdict or "(info)",
-                ]
-            )
-        lines += _table(
-            ["metric", "unit", "better", "A median", "B median", "B/A (95 % CI)", "p", "verdict"],
-            rows,
-        )
-        lines.append("")
-        lines += perf_counter_lines(result, w)
-    if result.unavailable:
-        why = (
-            "not measured: no process ran under perf"
-            if spec.perf == "off" or result.perf_note
-            else "not measured on this machine"
-        )
-        lines += [
-            "## Unavailable here",
-            "",
-            f"{why.capitalize()} (recorded as unavailable, never as 0): "
-            + ", ".join(result.unavailable)
-            + ".",
-            "",
-        ]
-    lines += warning_lines(getattr(result, "allocator_warnings", {}))
-    noted = {w: note for w, note in result.failures.items() if note}
-    if noted:
-        lines += ["## Failures", ""]
-        lines += [f"- {w}: **{result.verdicts().get(w)}**: {note}" for w, note in noted.items()]
-        lines.append("")
-    lines += ["## Failed samples", ""]
-    if not result.failed:
-        lines += ["None.", ""]
-    for s in result.failed:
-        sig = f", signal {s['signal']}" if s.get("signal") else ""
-        lines += [
-            f"- seq {s.get('seq')} {s.get('phase')} side {s.get('side')} pair {s.get('pair')} "
-            f"`{s.get('allocator')}` {s.get('workload')}: **{s['status']}**{sig} — "
-            f"{s.get('error')}"
-        ]
-        if s.get("stderr_tail"):
-            tail = "\n".join("      " + ln for ln in s["stderr_tail"].splitlines())
-            lines += ["", "  stderr tail:", "", tail, ""]
-    n_failed_pairs = len(
-        {(s.get("workload"), s.get("pair")) for s in result.failed if s.get("phase") == "measure"}
-    )
-    if n_failed_pairs:
-        lines += [
-            "",
-            f"{n_failed_pairs} pair(s) with a failed side; the verdict counts them (see "
-            "Failures above), the ratios are of the complete pairs.",
-            "",
-        ]
-    launchers = {s.get("launcher") for s in samples if s.get("phase") == "measure"}
-    how = [
-        "- throughput is the harness's own `Throughput` line (timed loop only); CPU times, "
-        "faults and switches are the harness process's own: "
-        + {
-            "perf": "perf counts the child only, user/sys are its rusage tool events",
-            "direct": "hakbench's wait4 of the harness (no wrapper process)",
-            "hakrun": "command workloads: wait4 through hakrun of the program and every "
-            "child it reaped",
-        }.get(next(iter(launchers), None) if len(launchers) == 1 else None, "mixed launchers")
-        + ".",
-        "- maxrss_kb is the harness's `maxrss_kb=` line: VmHWM of its own address space. "
-        "wait4's ru_maxrss is not used: Linux carries the launcher's RSS high-water mark "
-        "across exec into it (~70 MB when the launcher is hakbench's Python). Command "
-        "workloads: ru_maxrss from hakrun's wait4 (a small C wrapper, so no Python mark), "
-        "the largest single process of the reaped tree; for a server, the server.",
-        f"- Launcher of the measured processes: {', '.join(sorted(map(str, launchers)))}.",
-    ]
+
+
+def _ab_workload_lines(result, w: str) -> list[str]:
+    """One workload's section: its cells, engagement, metric table and perf counters."""
+    a, b = result.cells[w]
+    lines = [f"## {w}", "", f"- A: `{a.label}` ({a.key})", f"- B: `{b.label}` ({b.key})"]
     lines += [
-        "## Notes",
-        "",
-        *how,
-        "- Files: samples.jsonl (every process), meta.json (provenance), summary.csv, "
-        "pyperf/<workload>/{a,b}.json (complete pairs only), paired_ratios.png, "
-        "engagement.json.",
+        f"- engagement: {result.engagement[w]['status']} — {result.engagement[w]['detail']}",
         "",
     ]
-    path.write_text("\n".join(lines))
-    return path
+    rows = []
+    by_metric = {c.metric: c for c in result.comparisons if c.workload == w}
+    for m in TABLE_METRICS:
+        c = by_metric.get(m)
+        if c is None:
+            continue
+        meta = METRICS[m]
+        rows.append(
+            [
+                m,
+                meta.unit,
+                "higher" if meta.higher_is_better else "lower",
+                fmt(c.a_median),
+                fmt(c.b_median),
+                fmt_ratio(c),
+                fmt_p(c.p_value),
+                c.verdict or "(info)",
+            ]
+        )
+    lines += _table(
+        ["metric", "unit", "better", "A median", "B median", "B/A (95 % CI)", "p", "verdict"],
+        rows,
+    )
+    lines.append("")
+    return lines + perf_counter_lines(result, w)

@@ -170,8 +170,31 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
         "",
         describe_load(meta.get("load")),
     ]
-    notices: list[str] = []
     problems = [f for f in figures if f["status"] != "complete"]
+    for notice in _notices(summary, problems):
+        out += ["", notice]
+    out += ["", "## Verdicts", ""]
+    for f in figures:
+        out.append(f"### {f['label']}")
+        out.append("")
+        out += [f"- {line}" for line in verdict_lines(f, th)]
+        out.append("")
+    note = cv_noise_note(figures)
+    if note:
+        out += [f"Note: {note}", ""]
+    out += ["## Figures", "", *_figures_table(figures), ""]
+    out += _method_lines(summary, figures)
+    if plot_name:
+        out += ["## Over time", "", f"![RSS and ops/s over time]({plot_name})", ""]
+    out += _tail_lines(figures, problems)
+    out += ["## Provenance", "", *_provenance(meta), ""]
+    return "\n".join(out)
+
+
+def _notices(summary: dict, problems: list[dict]) -> list[str]:
+    """What to know before the verdicts: an interruption, cut attempts, incomplete or
+    skipped targets, an injected leak."""
+    notices: list[str] = []
     if summary["interrupted"]:
         by = summary.get("interrupted_by") or "Ctrl-C (SIGINT)"
         notices.append(
@@ -193,19 +216,12 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
             f"A leak of {summary['leak_kb_per_s']} KiB/s was injected on purpose "
             f"(`--inject-leak`): the RSS trend should FAIL."
         )
-    for notice in notices:
-        out += ["", notice]
-    out += ["", "## Verdicts", ""]
-    for f in figures:
-        out.append(f"### {f['label']}")
-        out.append("")
-        out += [f"- {line}" for line in verdict_lines(f, th)]
-        out.append("")
-    note = cv_noise_note(figures)
-    if note:
-        out += [f"Note: {note}", ""]
-    out += ["## Figures", "", *_figures_table(figures), ""]
-    out += [
+    return notices
+
+
+def _method_lines(summary: dict, figures: list[dict]) -> list[str]:
+    """How the trends are judged, and the syscall budget."""
+    return [
         f"Warm-up: the first {summary['warmup_epochs']} epoch(s) are left out. A trend is the "
         "least-squares slope over the remaining epochs in percent of its fitted start per "
         "hour, with the 95 % CI of the slope (Student t); it FAILs when it goes the bad way "
@@ -225,8 +241,11 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
         "soak's timing is undisturbed, and it includes process start-up.",
         "",
     ]
-    if plot_name:
-        out += ["## Over time", "", f"![RSS and ops/s over time]({plot_name})", ""]
+
+
+def _tail_lines(figures: list[dict], problems: list[dict]) -> list[str]:
+    """The stderr tail of each incomplete target and every target's allocator stats."""
+    out = []
     for f in problems:
         if f["stderr_tail"]:
             out += [f"### stderr tail of {f['label']}", "", "```", f["stderr_tail"].rstrip()]
@@ -238,8 +257,7 @@ def render_markdown(summary: dict, meta: dict, plot_name: str | None = PLOT_NAME
                 kv = " ".join(f"{k}={v}" for k, v in counters.items())
                 out.append(f"[{group}] {kv}")
             out += ["```", ""]
-    out += ["## Provenance", "", *_provenance(meta), ""]
-    return "\n".join(out)
+    return out
 
 
 def plot_soak(path: Path, epochs: Sequence[dict]) -> bool:

@@ -116,13 +116,39 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
     if not mine:
         return None
     up = "../" * depth
-    labels = list(dict.fromkeys(p.label for p in mine))
-    machines = history.machines()
+    traces = _traces(history, mine, metric, scale, up)
+    n = len(history.order)
+    step = max(1, -(-n // MAX_TICK_LABELS))
+    ticks = list(range(0, n, step))
+    shapes, notes = _flag_marks(history, workload, metric, up)
+    better = "higher is better" if higher else "lower is better"
+    lay = charts.layout(
+        f"{workload}: {title.split(' (')[0]} ({better})",
+        "commit (first-parent order; * = uncommitted changes)",
+        title,
+        xaxis={
+            "tickmode": "array",
+            "tickvals": ticks,
+            "ticktext": [short(history.order[t]) for t in ticks],
+            "tickangle": -45,
+            "range": [-0.5, n - 0.5],
+        },
+        shapes=shapes,
+        annotations=notes,
+        height=430,
+        margin={"b": 100},
+        legend={"orientation": "h", "y": -0.32, "yanchor": "top", "x": 0},
+    )
+    return charts.chart_html(div_id, traces, lay)
+
+
+def _traces(history: History, mine: list, metric: str, scale: float, up: str) -> list[dict]:
+    """One line per allocator and machine, an allocator's lines in one colour."""
     traces = []
-    for i, label in enumerate(labels):
+    for i, label in enumerate(dict.fromkeys(p.label for p in mine)):
         colour = charts.PALETTE[i % len(charts.PALETTE)]
         named = False  # one legend entry per allocator: it shows and hides all its lines
-        for j, machine in enumerate(machines):
+        for j, machine in enumerate(history.machines()):
             pts = [p for p in mine if p.label == label and p.refresh.machine == machine]
             if not pts:
                 continue
@@ -145,9 +171,12 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
                 )
             )
             named = True
-    n = len(history.order)
-    step = max(1, -(-n // MAX_TICK_LABELS))
-    ticks = list(range(0, n, step))
+    return traces
+
+
+def _flag_marks(history: History, workload: str, metric: str, up: str) -> tuple[list, list]:
+    """A dotted line and a note (linking the run) at each commit a flag names. -> (shapes,
+    annotations)"""
     shapes, notes = [], []
     flagged: dict[int, list[Flag]] = {}
     for f in history.flags:
@@ -182,25 +211,7 @@ def chart(history: History, workload: str, metric: str, *, depth: int, div_id: s
                 "hovertext": "<br>".join(esc(f"{f.what} (run {f.run_id})") for f in fs),
             }
         )
-    better = "higher is better" if higher else "lower is better"
-    lay = charts.layout(
-        f"{workload}: {title.split(' (')[0]} ({better})",
-        "commit (first-parent order; * = uncommitted changes)",
-        title,
-        xaxis={
-            "tickmode": "array",
-            "tickvals": ticks,
-            "ticktext": [short(history.order[t]) for t in ticks],
-            "tickangle": -45,
-            "range": [-0.5, n - 0.5],
-        },
-        shapes=shapes,
-        annotations=notes,
-        height=430,
-        margin={"b": 100},
-        legend={"orientation": "h", "y": -0.32, "yanchor": "top", "x": 0},
-    )
-    return charts.chart_html(div_id, traces, lay)
+    return shapes, notes
 
 
 def machine_key(history: History) -> str:
