@@ -11,7 +11,7 @@
 //   sized_pages   pages sized per class: 64 KiB up to 8 KiB blocks, 512 KiB up to 64 KiB,
 //                 2 MiB above, and size classes up to 256 KiB (the others keep 64 KiB pages and
 //                 stop at 32 KiB, where a page still holds two blocks); see route.c
-// The fronts, and why each exists (docs/allocator.md has the measurements):
+// The fronts, and why each exists (measured: docs/notebook/2026-11-26-allocator-measurements.md):
 //   legacy         the reference: whole-queue scan, 4 KiB carve step, empty pages given back
 //   TinyHeap       the whole page carved at once: a C7 page (64 blocks of 1 KiB) refills once
 //                  instead of sixteen times while pages are fresh

@@ -404,7 +404,7 @@ hak_heap *hak_heap_create(void) {
 
 // Leaves a page that still has live blocks, its free blocks resident, for whoever adopts its
 // superslab (the lean policy gave back the interiors of its free blocks of 8 KiB and more
-// until issue #30: docs/experiments.md).
+// until issue #30: docs/notebook/2026-11-26-not-kept.md, "Issue #30, third pass").
 static void abandon_page(hak_page *page) {
     hak_page_set_local_owner(page, NULL);
     page->in_full = 0;

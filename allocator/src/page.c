@@ -35,9 +35,9 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
 
 // Carves the next blocks, at most max_bytes of them but at least min_blocks, into `free`
 // (which must be empty). A step smaller than the page means a page that only ever holds a few
-// blocks never touches (faults in) the rest of it. (Medium and big pages carved at least 8:
-// with one empty page retained per class, 4 faults in 5 % fewer pages on mid_large_mt1 and
-// runs 1.2 % faster for 0.2 more instructions per operation; docs/experiments.md.)
+// blocks never touches (faults in) the rest of it. (Medium and big pages are carved 4 at a
+// time, not 8: with one empty page retained per class, fewer pages are faulted in;
+// docs/notebook/2026-11-23-not-kept.md, "SmallObject v3 as a design".)
 // Returns 0 if the page is used up.
 #ifdef HAK_SECURE
 __thread uint64_t hak_secure_rng;
@@ -58,7 +58,7 @@ uint64_t hak_secure_rng_seed(void) {
 // page's first step, which stays first: the page's first block handed out sits at the page's
 // start, with a PROT_NONE slot, the superslab's header or another page's last block's canary
 // before it, which is what catches an underflow out of it that no later free reveals (a memcpy
-// to 32 bytes before the block; docs/experiments.md). Returns the list's head; the caller
+// to 32 bytes before the block; docs/notebook/2026-11-28-not-kept.md, "Issue #37"). Returns the list's head; the caller
 // writes the canaries.
 static hak_block *carve_shuffled(char *first, uint32_t count, uint32_t size, int keep_first) {
 #define SLOT(i) (((uintptr_t *)(first + (size_t)(i)*size + size))[-1])

@@ -75,8 +75,9 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
     // link descriptor memory into a free list. Unused, slot 0 has no owner and such a free goes
     // to the full check; the slot is address space only, never touched, and costs no
     // instruction. Medium and big superslabs test the address instead (wrappers.c: in_header):
-    // a medium superslab without slot 0 took 4 % more page faults and 3 % more peak RSS on
-    // mid_large_mt1, and ran 1.7 % slower than with the test (docs/allocator.md).
+    // a medium superslab without slot 0 took more page faults and peak RSS on mid_large_mt1
+    // and ran slower than with the test (docs/notebook/2026-11-26-allocator-measurements.md,
+    // "Bad pointers").
     ss->free_page_mask = (uint32_t)((1ull << ss->page_count) - 1);
     if (page_kind == HAK_KIND_SMALL) ss->free_page_mask &= ~1u;
     ss->purge_due_ns = 0;
