@@ -58,8 +58,8 @@ uint64_t hak_secure_rng_seed(void) {
 // page's first step, which stays first: the page's first block handed out sits at the page's
 // start, with a PROT_NONE slot, the superslab's header or another page's last block's canary
 // before it, which is what catches an underflow out of it that no later free reveals (a memcpy
-// to 32 bytes before the block; docs/notebook/2026-11-28-not-kept.md, "Issue #37"). Returns the list's head; the caller
-// writes the canaries.
+// to 32 bytes before the block; docs/notebook/2026-11-28-not-kept.md, "Issue #37"). Returns the
+// list's head; the caller writes the canaries.
 static hak_block *carve_shuffled(char *first, uint32_t count, uint32_t size, int keep_first) {
 #define SLOT(i) (((uintptr_t *)(first + (size_t)(i)*size + size))[-1])
     for (uint32_t i = 0; i < count; i++)
