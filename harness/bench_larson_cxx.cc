@@ -260,10 +260,11 @@ void *run_generation(void *arg) {
     c->checksum = checksum;
     if (++c->generation < c->generations) {
         hb_start_detached_thread(run_generation, c); /* hands the slots over */
-        hb_thread_end(mark);
+        hb_thread_end(mark, 2 * c->steps);
         return nullptr;
     }
-    hb_thread_end(mark); /* before the finish line: main prints once every chain is there */
+    hb_thread_end(mark,
+                  2 * c->steps); /* before the finish line: main prints once every chain is there */
     FinishLine *finish = c->finish;
     pthread_mutex_lock(&finish->lock);
     finish->chains_done++;

@@ -382,6 +382,9 @@ hb_thread_mark hb_thread_begin(void) {
  * run-queue nanoseconds, and whether any of them could not read schedstat. */
 static _Atomic uint64_t accounted_threads, accounted_active_ns, accounted_delay_ns;
 static atomic_bool accounted_unreadable;
+/* Each accounted thread's ops per active second, for their median (the first ones only). */
+#define MAX_THREAD_RATES 65536
+static double thread_rates[MAX_THREAD_RATES];
 
 /* (active seconds, run-queue seconds) of the calling thread since `begin`; false when
  * schedstat could not be read. */
@@ -395,20 +398,21 @@ static bool thread_figures(hb_thread_mark begin, double *active, double *delay) 
     return true;
 }
 
-static void account(bool readable, double active, double delay) {
+static void account(bool readable, double active, double delay, uint64_t ops) {
     if (!readable) {
         atomic_store(&accounted_unreadable, true);
         return;
     }
-    atomic_fetch_add(&accounted_threads, 1);
+    uint64_t index = atomic_fetch_add(&accounted_threads, 1);
+    if (index < MAX_THREAD_RATES) thread_rates[index] = active > 0 ? (double)ops / active : 0;
     atomic_fetch_add(&accounted_active_ns, (uint64_t)llround(active > 0 ? active * 1e9 : 0));
     atomic_fetch_add(&accounted_delay_ns, (uint64_t)llround(delay * 1e9));
 }
 
-void hb_thread_end(hb_thread_mark begin) {
+void hb_thread_end(hb_thread_mark begin, uint64_t ops) {
     double active = 0, delay = 0;
     bool readable = thread_figures(begin, &active, &delay);
-    account(readable, active, delay);
+    account(readable, active, delay, ops);
 }
 
 /* ---- the timed region ---- */
@@ -485,7 +489,7 @@ static struct {
 void hb_report_timer(const hb_timer *timer) {
     run_timing.spin += timer->spin;
     if (timer->clock == HB_CPU_THREAD)
-        account(timer->active >= 0, timer->active, timer->run_delay);
+        account(timer->active >= 0, timer->active - timer->spin, timer->run_delay, timer->lap_ops);
     else {
         run_timing.main_active = timer->active;
         run_timing.main_delay = timer->run_delay;
@@ -533,6 +537,12 @@ static void print_active(void) {
            "\n",
            active, delay, run_timing.spin, threads ? threads : 1);
     if (pin_threads) printf("pinned_threads=%u\n", pinned_threads);
+    uint64_t n = threads < MAX_THREAD_RATES ? threads : MAX_THREAD_RATES;
+    if (!n) return;
+    qsort(thread_rates, n, sizeof thread_rates[0], compare_doubles);
+    double median =
+        n % 2 ? thread_rates[n / 2] : (thread_rates[n / 2 - 1] + thread_rates[n / 2]) / 2;
+    printf("active_rate_median=%.0f\n", median);
 }
 
 static void print_timing(void) {

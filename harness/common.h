@@ -327,8 +327,11 @@ typedef struct {
 
 /* The calling thread's wall clock and run-queue wait now. */
 hb_thread_mark hb_thread_begin(void);
-/* Adds the calling thread's time since `begin` to the run's active time (thread-safe). */
-void hb_thread_end(hb_thread_mark begin);
+/* Adds the calling thread's time since `begin`, in which it did `ops` ops, to the run's
+ * active time (thread-safe). Each thread's rate, ops per active second, is kept too: the
+ * run also prints their median (active_rate_median=), a figure that a long sleep of a few
+ * threads (a lock holder preempted) does not move, while a cost every thread pays does. */
+void hb_thread_end(hb_thread_mark begin, uint64_t ops);
 
 /* ---- the timed region: wall and CPU time, in chunks ----
  * A timer measures one timed region on two clocks, CLOCK_MONOTONIC and a CPU clock, read at

@@ -35,10 +35,12 @@ _ROWS = (
         "active_throughput",
         "ops/active-s",
         True,
-        "ops per active second of the harness's threads (ops / active_s): what `ab` judges a "
-        "harness workload of several threads on. Each thread's time in the timed loop less the "
-        "time it waited for a CPU (schedstat run_delay) and less the CPU it burnt spinning for "
-        "a partner thread: its work, and its sleeps on locks (contention) are in it",
+        "ops per active second of the median thread of the timed loop (active_rate_median=): "
+        "what `ab` judges a harness workload of several threads on. A thread's active time is "
+        "its time in the loop less the time it waited for a CPU (schedstat run_delay) and less "
+        "the CPU it burnt spinning for a partner thread: its work, and its sleeps on locks "
+        "(contention), are in it; the median over threads leaves out the few threads a "
+        "preempted lock holder kept asleep",
     ),
     Metric(
         "chunk_throughput",
@@ -69,7 +71,7 @@ _ROWS = (
         False,
         "active seconds of the timed loop (active_seconds=): summed over the harness's threads, "
         "each thread's wall time in it less its run-queue wait and its spin-waits "
-        "(harness/common.h, 'active time')",
+        "(harness/common.h, 'active time'); ops / active_s is the mean thread's rate",
         "second",
     ),
     Metric(

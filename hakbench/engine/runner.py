@@ -126,12 +126,12 @@ def loop_metrics(harness: dict) -> dict:
         out["loop_cpu_s"] = float(cpu)
         if isinstance(ops, int) and ops > 0:
             out["cpu_throughput"] = ops / cpu
-    active = harness.get("active_seconds")
+    active, rate = harness.get("active_seconds"), harness.get("active_rate_median")
     if isinstance(active, (int, float)) and active > 0:
         out["active_s"] = float(active)
         out["run_delay_s"] = float(harness.get("run_delay_seconds", 0.0))
-        if isinstance(ops, int) and ops > 0:
-            out["active_throughput"] = ops / active
+        if isinstance(rate, (int, float)) and rate > 0:
+            out["active_throughput"] = rate
     if harness.get("chunks"):
         for key, name in (
             ("chunk_rate", "chunk_throughput"),
