@@ -35,12 +35,13 @@ _ROWS = (
         "active_throughput",
         "ops/active-s",
         True,
-        "ops per active second of the median thread of the timed loop (active_rate_median=): "
-        "what `ab` judges a harness workload of several threads on. A thread's active time is "
-        "its time in the loop less the time it waited for a CPU (schedstat run_delay) and less "
-        "the CPU it burnt spinning for a partner thread: its work, and its sleeps on locks "
-        "(contention), are in it; the median over threads leaves out the few threads a "
-        "preempted lock holder kept asleep",
+        "ops per active second of the timed loop: what `ab` judges a harness workload of "
+        "several threads on. A thread's active time is its time in the loop less the time it "
+        "waited for a CPU (schedstat run_delay) and less the CPU it burnt spinning for a "
+        "partner thread: its work, and its sleeps on locks (contention), are in it. With 8 "
+        "threads or more (larson's lifetimes) the median thread's rate (active_rate_median=), "
+        "which the few threads a preempted lock holder kept asleep do not move; with fewer "
+        "the run's ops / active_s",
     ),
     Metric(
         "chunk_throughput",
