@@ -372,9 +372,11 @@ static uint64_t run_delay_ns(void) {
     return end == wait ? UINT64_MAX : delay;
 }
 
+/* The clocks are read wall, run_delay ... run_delay, wall: the run-queue interval lies inside
+ * the wall one, so a wait between two reads never makes active time negative. */
 hb_thread_mark hb_thread_begin(void) {
-    hb_thread_mark mark = {.run_delay_ns = run_delay_ns()};
-    mark.wall = hb_now();
+    hb_thread_mark mark = {.wall = hb_now()};
+    mark.run_delay_ns = run_delay_ns();
     return mark;
 }
 
@@ -389,12 +391,13 @@ static double thread_rates[MAX_THREAD_RATES];
 /* (active seconds, run-queue seconds) of the calling thread since `begin`; false when
  * schedstat could not be read. */
 static bool thread_figures(hb_thread_mark begin, double *active, double *delay) {
-    double wall = hb_now();
     uint64_t now = run_delay_ns();
+    double wall = hb_now();
     if (begin.run_delay_ns == UINT64_MAX || now == UINT64_MAX || now < begin.run_delay_ns)
         return false;
     *delay = (double)(now - begin.run_delay_ns) * 1e-9;
     *active = wall - begin.wall - *delay;
+    if (*active < 0) *active = 0; /* rounding: the two clocks tick apart */
     return true;
 }
 
