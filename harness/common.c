@@ -441,7 +441,10 @@ void hb_timer_start(hb_timer *timer, hb_cpu_clock clock) {
         }
     }
     timer->clock = clock;
-    timer->mark = hb_thread_begin();
+    /* only a per-thread timer accounts its thread: a program timed by its main thread
+     * reads no schedstat (single-threaded programs, whose instruction counts the gate
+     * checks, pay nothing for it) */
+    if (clock == HB_CPU_THREAD) timer->mark = hb_thread_begin();
     timer->active = timer->run_delay = -1;
     timer->spin = 0;
     timer->chunks = 0;
@@ -471,7 +474,7 @@ double hb_timer_stop(hb_timer *timer) {
     timer->cpu_end = timer_cpu(timer);
     timer->end = hb_now();
     double active, delay;
-    if (thread_figures(timer->mark, &active, &delay)) {
+    if (timer->clock == HB_CPU_THREAD && thread_figures(timer->mark, &active, &delay)) {
         timer->active = active;
         timer->run_delay = delay;
     }
@@ -485,18 +488,13 @@ static struct {
     double cpu;
     uint64_t ops[HB_MAX_CHUNKS];
     double wall[HB_MAX_CHUNKS], chunk_cpu[HB_MAX_CHUNKS];
-    double main_active, main_delay; /* a process timer's own thread; -1: unreadable */
-    double spin;                    /* the timers' spin-waits (hb_spin_end) */
+    double spin; /* the timers' spin-waits (hb_spin_end) */
 } run_timing;
 
 void hb_report_timer(const hb_timer *timer) {
     run_timing.spin += timer->spin;
     if (timer->clock == HB_CPU_THREAD)
         account(timer->active >= 0, timer->active - timer->spin, timer->run_delay, timer->lap_ops);
-    else {
-        run_timing.main_active = timer->active;
-        run_timing.main_delay = timer->run_delay;
-    }
     run_timing.timers++;
     run_timing.clock = timer->clock;
     run_timing.cpu += timer->cpu_end - timer->cpu_start;
@@ -526,22 +524,18 @@ static double print_rates(const char *key, const double *rates, unsigned n) {
     return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
-/* active_seconds= and run_delay_seconds=: the accounted threads' when there are any, else
- * the process timer's own thread's; nothing when a thread could not read schedstat. */
+/* active_seconds= and the rest: the accounted threads'; nothing when no thread was
+ * accounted or one could not read schedstat. */
 static void print_active(void) {
     uint64_t threads = atomic_load(&accounted_threads);
-    double active = run_timing.main_active, delay = run_timing.main_delay;
-    if (threads) {
-        active = (double)atomic_load(&accounted_active_ns) * 1e-9;
-        delay = (double)atomic_load(&accounted_delay_ns) * 1e-9;
-    }
-    if (atomic_load(&accounted_unreadable) || active < 0 || delay < 0) return;
+    if (!threads || atomic_load(&accounted_unreadable)) return;
+    double active = (double)atomic_load(&accounted_active_ns) * 1e-9;
+    double delay = (double)atomic_load(&accounted_delay_ns) * 1e-9;
     printf("active_seconds=%.6f\nrun_delay_seconds=%.6f\nspin_seconds=%.6f\nactive_threads=%" PRIu64
            "\n",
-           active, delay, run_timing.spin, threads ? threads : 1);
+           active, delay, run_timing.spin, threads);
     if (pin_threads) printf("pinned_threads=%u\n", pinned_threads);
     uint64_t n = threads < MAX_THREAD_RATES ? threads : MAX_THREAD_RATES;
-    if (!n) return;
     qsort(thread_rates, n, sizeof thread_rates[0], compare_doubles);
     double median =
         n % 2 ? thread_rates[n / 2] : (thread_rates[n / 2 - 1] + thread_rates[n / 2]) / 2;

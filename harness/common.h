@@ -313,8 +313,8 @@ static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
  * its wall time in the region less its run_delay, and the run's active_seconds= the sum
  * over its threads. Per-thread timers (HB_CPU_THREAD) account their thread by themselves; a
  * program timed by its main thread accounts each worker with hb_thread_begin/hb_thread_end
- * (the main thread, asleep in a join, is then not counted); a program with neither counts
- * the main thread's own (a single thread).
+ * (the main thread, asleep in a join, is then not counted); a program with neither prints
+ * no active time (single-threaded programs: their CPU time is what `ab` judges).
  * A thread that waits for another by spinning (a sched_yield loop until a ring has room or
  * an entry) burns CPU for as long as its partner is held up, by other processes too; it
  * times the spin on its CPU clock (hb_spin_begin/hb_spin_end, once per wait, not per turn)
