@@ -253,14 +253,18 @@ void *run_generation(void *arg) {
     Chain *c = static_cast<Chain *>(arg);
     hb_rng rng;
     hb_rng_seed_stream(&rng, c->seed, c->index, c->generation + 1);
+    hb_thread_mark mark = hb_thread_begin();
     uint64_t checksum = c->checksum;
     for (uint64_t i = 0; i < c->steps; i++)
         hb_checksum_add(&checksum, replace(c, &rng, hb_rng_below(&rng, c->slots)));
     c->checksum = checksum;
     if (++c->generation < c->generations) {
         hb_start_detached_thread(run_generation, c); /* hands the slots over */
+        hb_thread_end(mark, 2 * c->steps);
         return nullptr;
     }
+    hb_thread_end(mark,
+                  2 * c->steps); /* before the finish line: main prints once every chain is there */
     FinishLine *finish = c->finish;
     pthread_mutex_lock(&finish->lock);
     finish->chains_done++;

@@ -7,7 +7,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@ static const char *program_name = "bench";
 static const char *usage_text = "";
 static unsigned chunk_count = 1; /* HB_CHUNKS */
 static double spin_seconds;      /* HB_SPIN_MS / 1000 */
+static bool pin_threads;         /* HB_PIN_THREADS */
 
 static uint64_t env_in_range(const char *name, uint64_t fallback, uint64_t lo, uint64_t hi) {
     const char *text = getenv(name);
@@ -33,6 +36,7 @@ void hb_init(const char *name, const char *usage) {
     usage_text = usage;
     chunk_count = (unsigned)env_in_range("HB_CHUNKS", 1, 1, HB_MAX_CHUNKS);
     spin_seconds = (double)env_in_range("HB_SPIN_MS", 0, 0, 10000) / 1000.0;
+    pin_threads = env_in_range("HB_PIN_THREADS", 0, 0, 1) == 1;
 }
 
 static void print_error_line(const char *fmt, va_list ap, const char *suffix) {
@@ -169,8 +173,33 @@ void hb_alloc_failed(const char *function, uint64_t size) {
     hb_runtime_error("%s(%" PRIu64 ") returned NULL", function, size);
 }
 
+/* Threads the main thread has started with HB_PIN_THREADS: the next one's CPU index. */
+static unsigned pinned_threads;
+
+/* The (k mod n)-th CPU of the calling thread's affinity mask, -1 when it cannot be read. */
+static int nth_allowed_cpu(unsigned k) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) == 0) return -1;
+    unsigned want = k % (unsigned)CPU_COUNT(&allowed);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &allowed) && want-- == 0) return cpu;
+    return -1;
+}
+
 void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg) {
-    int err = pthread_create(thread, NULL, fn, arg);
+    pthread_attr_t attr, *attrs = NULL;
+    int cpu = pin_threads && gettid() == getpid() ? nth_allowed_cpu(pinned_threads++) : -1;
+    if (cpu >= 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (pthread_attr_init(&attr) != 0 ||
+            pthread_attr_setaffinity_np(&attr, sizeof one, &one) != 0)
+            hb_runtime_error("cannot pin a thread to CPU %d", cpu);
+        attrs = &attr;
+    }
+    int err = pthread_create(thread, attrs, fn, arg);
+    if (attrs) pthread_attr_destroy(attrs);
     if (err) hb_runtime_error("pthread_create: %s", strerror(err));
 }
 
@@ -182,6 +211,20 @@ void hb_start_detached_thread(void *(*fn)(void *), void *arg) {
 }
 
 /* ---- extra work ---- */
+
+static pthread_mutex_t inject_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile uint64_t inject_sink;
+
+void hb_inject_period(hb_inject *inject) {
+    inject->chain = hb_extra_rounds(inject->chain, inject->extra_ops);
+    if (inject->hold_ops) {
+        pthread_mutex_lock(&inject_lock);
+        inject->chain = hb_extra_rounds(inject->chain, inject->hold_ops);
+        inject_sink = inject->chain;
+        pthread_mutex_unlock(&inject_lock);
+    }
+    inject_sink = inject->chain;
+}
 
 static volatile uint64_t extra_work_sink;
 
@@ -308,6 +351,73 @@ double hb_thread_cpu_now(void) {
     return clock_seconds(CLOCK_THREAD_CPUTIME_ID);
 }
 
+/* ---- active time ---- */
+
+/* schedstat's second field: the calling thread's nanoseconds runnable on a run queue but not
+ * running. Read with open/read into the stack, so it never allocates under the allocator
+ * being measured. UINT64_MAX when unreadable. */
+static uint64_t run_delay_ns(void) {
+    char buf[96];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return UINT64_MAX;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return UINT64_MAX;
+    buf[n] = 0;
+    char *end;
+    strtoull(buf, &end, 10); /* time on a CPU */
+    if (end == buf || *end != ' ') return UINT64_MAX;
+    const char *wait = end + 1;
+    uint64_t delay = strtoull(wait, &end, 10);
+    return end == wait ? UINT64_MAX : delay;
+}
+
+/* The clocks are read wall, run_delay ... run_delay, wall: the run-queue interval lies inside
+ * the wall one, so a wait between two reads never makes active time negative. */
+hb_thread_mark hb_thread_begin(void) {
+    hb_thread_mark mark = {.wall = hb_now()};
+    mark.run_delay_ns = run_delay_ns();
+    return mark;
+}
+
+/* The threads accounted so far (per-thread timers and hb_thread_end): their active and
+ * run-queue nanoseconds, and whether any of them could not read schedstat. */
+static _Atomic uint64_t accounted_threads, accounted_active_ns, accounted_delay_ns;
+static atomic_bool accounted_unreadable;
+/* Each accounted thread's ops per active second, for their median (the first ones only). */
+#define MAX_THREAD_RATES 65536
+static double thread_rates[MAX_THREAD_RATES];
+
+/* (active seconds, run-queue seconds) of the calling thread since `begin`; false when
+ * schedstat could not be read. */
+static bool thread_figures(hb_thread_mark begin, double *active, double *delay) {
+    uint64_t now = run_delay_ns();
+    double wall = hb_now();
+    if (begin.run_delay_ns == UINT64_MAX || now == UINT64_MAX || now < begin.run_delay_ns)
+        return false;
+    *delay = (double)(now - begin.run_delay_ns) * 1e-9;
+    *active = wall - begin.wall - *delay;
+    if (*active < 0) *active = 0; /* rounding: the two clocks tick apart */
+    return true;
+}
+
+static void account(bool readable, double active, double delay, uint64_t ops) {
+    if (!readable) {
+        atomic_store(&accounted_unreadable, true);
+        return;
+    }
+    uint64_t index = atomic_fetch_add(&accounted_threads, 1);
+    if (index < MAX_THREAD_RATES) thread_rates[index] = active > 0 ? (double)ops / active : 0;
+    atomic_fetch_add(&accounted_active_ns, (uint64_t)llround(active > 0 ? active * 1e9 : 0));
+    atomic_fetch_add(&accounted_delay_ns, (uint64_t)llround(delay * 1e9));
+}
+
+void hb_thread_end(hb_thread_mark begin, uint64_t ops) {
+    double active = 0, delay = 0;
+    bool readable = thread_figures(begin, &active, &delay);
+    account(readable, active, delay, ops);
+}
+
 /* ---- the timed region ---- */
 
 unsigned hb_chunks(void) {
@@ -331,6 +441,12 @@ void hb_timer_start(hb_timer *timer, hb_cpu_clock clock) {
         }
     }
     timer->clock = clock;
+    /* only a per-thread timer accounts its thread: a program timed by its main thread
+     * reads no schedstat (single-threaded programs, whose instruction counts the gate
+     * checks, pay nothing for it) */
+    if (clock == HB_CPU_THREAD) timer->mark = hb_thread_begin();
+    timer->active = timer->run_delay = -1;
+    timer->spin = 0;
     timer->chunks = 0;
     timer->lap_ops = 0;
     /* wall, CPU ... CPU, wall: the CPU interval lies inside the wall one */
@@ -357,6 +473,11 @@ void hb_timer_lap(hb_timer *timer, uint64_t ops_done) {
 double hb_timer_stop(hb_timer *timer) {
     timer->cpu_end = timer_cpu(timer);
     timer->end = hb_now();
+    double active, delay;
+    if (timer->clock == HB_CPU_THREAD && thread_figures(timer->mark, &active, &delay)) {
+        timer->active = active;
+        timer->run_delay = delay;
+    }
     return timer->end - timer->start;
 }
 
@@ -367,9 +488,13 @@ static struct {
     double cpu;
     uint64_t ops[HB_MAX_CHUNKS];
     double wall[HB_MAX_CHUNKS], chunk_cpu[HB_MAX_CHUNKS];
+    double spin; /* the timers' spin-waits (hb_spin_end) */
 } run_timing;
 
 void hb_report_timer(const hb_timer *timer) {
+    run_timing.spin += timer->spin;
+    if (timer->clock == HB_CPU_THREAD)
+        account(timer->active >= 0, timer->active - timer->spin, timer->run_delay, timer->lap_ops);
     run_timing.timers++;
     run_timing.clock = timer->clock;
     run_timing.cpu += timer->cpu_end - timer->cpu_start;
@@ -399,10 +524,29 @@ static double print_rates(const char *key, const double *rates, unsigned n) {
     return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
+/* active_seconds= and the rest: the accounted threads'; nothing when no thread was
+ * accounted or one could not read schedstat. */
+static void print_active(void) {
+    uint64_t threads = atomic_load(&accounted_threads);
+    if (!threads || atomic_load(&accounted_unreadable)) return;
+    double active = (double)atomic_load(&accounted_active_ns) * 1e-9;
+    double delay = (double)atomic_load(&accounted_delay_ns) * 1e-9;
+    printf("active_seconds=%.6f\nrun_delay_seconds=%.6f\nspin_seconds=%.6f\nactive_threads=%" PRIu64
+           "\n",
+           active, delay, run_timing.spin, threads);
+    if (pin_threads) printf("pinned_threads=%u\n", pinned_threads);
+    uint64_t n = threads < MAX_THREAD_RATES ? threads : MAX_THREAD_RATES;
+    qsort(thread_rates, n, sizeof thread_rates[0], compare_doubles);
+    double median =
+        n % 2 ? thread_rates[n / 2] : (thread_rates[n / 2 - 1] + thread_rates[n / 2]) / 2;
+    printf("active_rate_median=%.0f\n", median);
+}
+
 static void print_timing(void) {
     if (!run_timing.timers) return;
     printf("cpu_seconds=%.6f\n", run_timing.cpu);
     printf("cpu_clock=%s\n", run_timing.clock == HB_CPU_THREAD ? "thread" : "process");
+    print_active();
     printf("chunks=%u\n", run_timing.chunks);
     if (!run_timing.chunks) return; /* no op ran: no rates */
     double wall_rates[HB_MAX_CHUNKS], cpu_rates[HB_MAX_CHUNKS];

@@ -193,7 +193,12 @@ static inline unsigned char *hb_realloc(void *block, uint64_t size) {
     return moved;
 }
 
-/* pthread_create or a runtime error. Detached threads are never joined. */
+/* pthread_create or a runtime error. Detached threads are never joined.
+ * HB_PIN_THREADS=1 (environment; `ab --launch pin-threads`): a thread the main thread starts
+ * is pinned to the next CPU of the process's affinity mask, round-robin (the k-th started
+ * thread to the (k mod n)-th allowed CPU), so the scheduler cannot put a producer and its
+ * consumer on one CPU in one run and on two in the next; a thread a worker starts inherits
+ * its creator's CPU (Linux's default), so a chain of threads stays where it began. */
 void hb_start_thread(pthread_t *thread, void *(*fn)(void *), void *arg);
 void hb_start_detached_thread(void *(*fn)(void *), void *arg);
 
@@ -239,6 +244,28 @@ static inline void hb_extra_work_op(hb_extra_work *work) {
     work->chain = hb_extra_rounds(work->chain, rounds);
 }
 
+/* ---- injected cost of threaded programs: known work, and known contention ----
+ * Between periods of HB_EXTRA_OPS_PERIOD ops (never per op, so a loop without injection is
+ * unchanged and the instruction gate counts it the same) a thread does a burst of
+ * `extra_ops` rounds (--extra-ops: work, which every clock sees), then takes a mutex that all
+ * threads of the program share and does `hold_ops` rounds while holding it (--hold-ops: a
+ * lock held longer; the other threads sleep on it, a wait that CPU time does not see). */
+typedef struct {
+    uint64_t extra_ops, hold_ops, chain;
+} hb_inject;
+
+void hb_inject_period(hb_inject *inject);
+/* Where the period holding op i ends, at most `to`. */
+static inline uint64_t hb_period_end(uint64_t i, uint64_t to) {
+    uint64_t end = (i / HB_EXTRA_OPS_PERIOD + 1) * HB_EXTRA_OPS_PERIOD;
+    return end < to ? end : to;
+}
+/* After the ops up to `done`: the injection when a whole period just ended. */
+static inline void hb_inject_after(hb_inject *inject, uint64_t done) {
+    if ((inject->extra_ops | inject->hold_ops) && done % HB_EXTRA_OPS_PERIOD == 0)
+        hb_inject_period(inject);
+}
+
 /* ---- the random-mixed core shared by random_mixed, mid_large_mt and soak ---- */
 
 typedef struct {
@@ -277,6 +304,35 @@ static inline hb_interval hb_interval_union(hb_interval a, hb_interval b) {
     return (hb_interval){a.start < b.start ? a.start : b.start, a.end > b.end ? a.end : b.end};
 }
 
+/* ---- active time: each thread's time in the timed region less its run-queue wait ----
+ * A thread's time is on a CPU, blocked (asleep on a lock, a condition variable, a pipe) or
+ * runnable but waiting for a CPU. The first two are the program's own: work, and waiting
+ * for its other threads (contention); the third is mostly other processes holding the CPU,
+ * the noise of a shared machine. The kernel keeps the third per thread (schedstat's
+ * run_delay, /proc/thread-self/schedstat, CONFIG_SCHED_INFO), so a thread's active time is
+ * its wall time in the region less its run_delay, and the run's active_seconds= the sum
+ * over its threads. Per-thread timers (HB_CPU_THREAD) account their thread by themselves; a
+ * program timed by its main thread accounts each worker with hb_thread_begin/hb_thread_end
+ * (the main thread, asleep in a join, is then not counted); a program with neither prints
+ * no active time (single-threaded programs: their CPU time is what `ab` judges).
+ * A thread that waits for another by spinning (a sched_yield loop until a ring has room or
+ * an entry) burns CPU for as long as its partner is held up, by other processes too; it
+ * times the spin on its CPU clock (hb_spin_begin/hb_spin_end, once per wait, not per turn)
+ * and that CPU time is taken off its active time: what the partner did meanwhile is in the
+ * partner's own active time. (A thread asleep on a lock is not spinning: that wait stays.) */
+typedef struct {
+    double wall;
+    uint64_t run_delay_ns; /* UINT64_MAX: schedstat unreadable */
+} hb_thread_mark;
+
+/* The calling thread's wall clock and run-queue wait now. */
+hb_thread_mark hb_thread_begin(void);
+/* Adds the calling thread's time since `begin`, in which it did `ops` ops, to the run's
+ * active time (thread-safe). Each thread's rate, ops per active second, is kept too: the
+ * run also prints their median (active_rate_median=), a figure that a long sleep of a few
+ * threads (a lock holder preempted) does not move, while a cost every thread pays does. */
+void hb_thread_end(hb_thread_mark begin, uint64_t ops);
+
 /* ---- the timed region: wall and CPU time, in chunks ----
  * A timer measures one timed region on two clocks, CLOCK_MONOTONIC and a CPU clock, read at
  * its start, at the end of each chunk (hb_timer_lap) and at its stop, never per op. The CPU
@@ -304,12 +360,23 @@ typedef struct {
     hb_cpu_clock clock;
     double start, end;         /* wall clock of the region (end: at hb_timer_stop) */
     double cpu_start, cpu_end; /* its CPU clock */
+    hb_thread_mark mark;       /* the timing thread at hb_timer_start (active time) */
+    double active, run_delay;  /* at hb_timer_stop: its active time and run-queue wait */
+    double spin;               /* CPU seconds spent spin-waiting (hb_spin_end) */
     double lap_wall, lap_cpu;  /* where the current chunk began */
     uint64_t lap_ops;          /* the region's ops before the current chunk */
     unsigned chunks;           /* chunks recorded */
     uint64_t chunk_ops[HB_MAX_CHUNKS];
     double chunk_wall[HB_MAX_CHUNKS], chunk_cpu[HB_MAX_CHUNKS];
 } hb_timer;
+
+/* A spin-wait of the thread that owns `timer`: its CPU clock before and after. */
+static inline double hb_spin_begin(void) {
+    return hb_thread_cpu_now();
+}
+static inline void hb_spin_end(hb_timer *timer, double began) {
+    timer->spin += hb_thread_cpu_now() - began;
+}
 
 /* K of HB_CHUNKS (1 when unset); read by hb_init. */
 unsigned hb_chunks(void);
@@ -328,8 +395,9 @@ static inline hb_interval hb_timer_interval(const hb_timer *timer) {
     return (hb_interval){timer->start, timer->end};
 }
 /* Adds a stopped timer to the run's figures, which hb_print_result prints: cpu_seconds= (the
- * sum over the timers), cpu_clock=, and with HB_CHUNKS the chunk lines (chunk j of the run
- * is chunk j of every timer: their ops added, over the longest wall time and the summed CPU
+ * sum over the timers), cpu_clock=, active_seconds= and run_delay_seconds= (see active time
+ * above; absent when schedstat is unreadable), and with HB_CHUNKS the chunk lines (chunk j of the
+ * run is chunk j of every timer: their ops added, over the longest wall time and the summed CPU
  * time). Call it from one thread, after the workers are joined. A program that runs no
  * timer prints none of these lines. */
 void hb_report_timer(const hb_timer *timer);

@@ -190,12 +190,23 @@ def test_launch_text_round_trips():
     assert launch == Launch(cpu=0, nice=5, no_aslr=True, chunks=8, spin_ms=3)
     assert Launch.parse(str(launch)) == launch
     assert Launch.parse("") == Launch() and str(Launch()) == ""
-    assert launch.env() == {"HB_CHUNKS": "8", "HB_SPIN_MS": "3"}
+    assert launch.env() == {"HB_CHUNKS": "8", "HB_SPIN_MS": "3", "HB_PIN_THREADS": "1"}
+    assert Launch.parse("pin-threads=0").env() == {"HB_PIN_THREADS": "0"}
 
 
 @pytest.mark.parametrize(
     "text",
-    ["cpu=4096", "nice=30", "fifo=0", "chunks=0", "spin-ms=-2", "pin=1", "no-aslr=1", "cpu=x"],
+    [
+        "cpu=4096",
+        "nice=30",
+        "fifo=0",
+        "chunks=0",
+        "spin-ms=-2",
+        "pin=1",
+        "no-aslr=1",
+        "cpu=x",
+        "pin-threads=2",
+    ],
 )
 def test_bad_launch_is_a_usage_error(text):
     with pytest.raises(UsageError):
@@ -311,7 +322,7 @@ def test_ab_judges_cpu_throughput_with_a_launch(make_lab, tmp_path):
     assert bad.exit_code == 2 and "known keys" in bad.output
 
 
-def test_default_judges_cpu_time_and_threaded_workloads_on_throughput(make_lab, tmp_path):
+def test_default_judges_cpu_time_and_threaded_workloads_on_active_time(make_lab, tmp_path):
     from hakbench.experiments.ab import run_ab
     from hakbench.experiments.ab_spec import ABSpec
 
@@ -326,8 +337,8 @@ def test_default_judges_cpu_time_and_threaded_workloads_on_throughput(make_lab, 
     result = run_ab(spec, tmp_path / "ab", show_progress=False)
     assert {c.workload: c.metric for c in result.primary()} == {
         "hot": "cpu_throughput",
-        "mt": "throughput",  # its CPU time would leave out its threads' waits
+        "mt": "active_throughput",  # its CPU time would leave out its threads' waits
     }
     report = (tmp_path / "ab" / "report.md").read_text()
     assert "higher cpu_throughput is better" in report
-    assert "Judged on throughput (several threads): " in report
+    assert "Judged on active time (several threads): mt " in report

@@ -87,7 +87,8 @@ def _print_table(header, rows) -> None:
     default="cpu",
     show_default=True,
     help="judged metric: cpu (ops per CPU second of the harness's timed loop: without the "
-    "time spent waiting for a CPU; a workload of several threads is judged on throughput); "
+    "time spent waiting for a CPU; a workload of several threads on its threads' active time, "
+    "waits for a CPU left out, waits for each other kept); "
     "throughput (wall clock of the timed loop); task-clock (perf's CPU time of the whole "
     "process); instructions (callgrind Ir/op: one count per side, the lowest of 5 where "
     "threads interleave)",

@@ -21,6 +21,8 @@ from hakbench.report.calibration import report_markdown
 from hakbench.stats import stats as st
 
 EXTRA_WORK_PROGRAM = "bench_random_mixed"  # the harness program with --extra-work/--extra-ops
+# --sequential injects --extra-ops only: these threaded programs take it too (every thread)
+EXTRA_OPS_PROGRAMS = (EXTRA_WORK_PROGRAM, "bench_xthread", "bench_larson")
 
 
 @click.command("calibrate")
@@ -211,7 +213,9 @@ def _start_sequential(o: dict) -> None:
     conditions = o["conditions"] or calseq.DEFAULT_CONDITIONS
     for c in conditions:
         calseq.parse_condition(c)
-    cell = _extra_work_cell(o["allocator"], workloads[0] if workloads else "mixed", o["profile"])
+    cell = _extra_work_cell(
+        o["allocator"], workloads[0] if workloads else "mixed", o["profile"], EXTRA_OPS_PROGRAMS
+    )
     params = {
         "allocator": o["allocator"],
         "workload": cell.workload.name,
@@ -297,8 +301,10 @@ def _resume(out: Path) -> None:
     if meta["kind"] == callay.KIND:
         _layouts(out, p, resume=True)
         return
-    cell = _extra_work_cell(p["allocator"], p["workload"], p["profile"])
-    if meta["kind"] == "calibrate-sequential":
+    seq_kind = meta["kind"] == "calibrate-sequential"
+    programs = EXTRA_OPS_PROGRAMS if seq_kind else (EXTRA_WORK_PROGRAM,)
+    cell = _extra_work_cell(p["allocator"], p["workload"], p["profile"], programs)
+    if seq_kind:
         _sequential(cell, out, p, resume=True)
     else:
         _calibrate(cell, out, p, resume=True)
@@ -361,14 +367,14 @@ def _sequential(cell, out: Path, params: dict, *, resume: bool) -> None:
         _interrupted(out, f"{doc['trials_done']} trials kept")
 
 
-def _extra_work_cell(allocator, workload, profile):
-    """A cell of a workload whose harness program takes --extra-work and --extra-ops, its
-    allocator ready."""
+def _extra_work_cell(allocator, workload, profile, programs=(EXTRA_WORK_PROGRAM,)):
+    """A cell of a workload whose harness program (one of ``programs``) takes the injected
+    cost, its allocator ready."""
     cell = make_cell(allocator, workload, profile=profile)
-    if cell.workload.program != EXTRA_WORK_PROGRAM:
+    if cell.workload.program not in programs:
         raise UsageError(
-            f"calibrate injects cost with {EXTRA_WORK_PROGRAM} --extra-work/--extra-ops; workload "
-            f"'{workload}' runs {cell.workload.program}"
+            f"calibrate injects cost with {'/'.join(programs)} --extra-work/--extra-ops; "
+            f"workload '{workload}' runs {cell.workload.program}"
         )
     alloc = cell.resolved_allocator()
     if not alloc.available:

@@ -32,6 +32,18 @@ _ROWS = (
         "threaded program the CPU seconds of all its workers, spinning and yielding included",
     ),
     Metric(
+        "active_throughput",
+        "ops/active-s",
+        True,
+        "ops per active second of the timed loop: what `ab` judges a harness workload of "
+        "several threads on. A thread's active time is its time in the loop less the time it "
+        "waited for a CPU (schedstat run_delay) and less the CPU it burnt spinning for a "
+        "partner thread: its work, and its sleeps on locks (contention), are in it. With 8 "
+        "threads or more (larson's lifetimes) the median thread's rate (active_rate_median=), "
+        "which the few threads a preempted lock holder kept asleep do not move; with fewer "
+        "the run's ops / active_s",
+    ),
+    Metric(
         "chunk_throughput",
         "ops/s",
         True,
@@ -52,6 +64,23 @@ _ROWS = (
         "CPU seconds of the harness's timed loop (cpu_seconds=): CLOCK_PROCESS_CPUTIME_ID "
         "around it, or the workers' CLOCK_THREAD_CPUTIME_ID summed (cpu_clock=thread); "
         "start-up and exit are not in it, unlike task_clock_ms and user_s",
+        "second",
+    ),
+    Metric(
+        "active_s",
+        "s",
+        False,
+        "active seconds of the timed loop (active_seconds=): summed over the harness's threads, "
+        "each thread's wall time in it less its run-queue wait and its spin-waits "
+        "(harness/common.h, 'active time'); ops / active_s is the mean thread's rate",
+        "second",
+    ),
+    Metric(
+        "run_delay_s",
+        "s",
+        False,
+        "seconds the harness's threads were runnable but waited for a CPU during the timed loop "
+        "(schedstat run_delay, summed over threads; run_delay_seconds=)",
         "second",
     ),
     Metric(
@@ -145,6 +174,21 @@ PERF_SOURCED = (*dict.fromkeys(PERF_EVENTS.values()), "ipc")
 # perf reports these in ns; metrics are in seconds. (duration_time is not used: perf 6.1
 # here printed 0.41 ms for a run with 1.68 ms of task-clock.)
 PERF_NS_EVENTS = ("user_time", "system_time")
+
+# Harness programs whose active_seconds= covers every thread of the timed loop (per-thread
+# timers, or each worker accounted with hb_thread_begin/hb_thread_end): their workloads of
+# several threads are judged on active_throughput. The others (churn, thread_churn,
+# prodcons_mem: the main thread works and joins inside the loop) stay on wall clock.
+ACTIVE_TIME_PROGRAMS = frozenset(
+    {
+        "bench_xthread",
+        "bench_larson",
+        "bench_larson_cxx",
+        "bench_mid_large_mt",
+        "bench_xmalloc",
+        "bench_cache_scratch",
+    }
+)
 
 # The primary metric and the guardrails every A/B judges (ISSUE 5: max RSS, page faults;
 # issue 14: the RSS left at the end, where a memory policy shows).

@@ -10,11 +10,11 @@ program). Both live in ``build/tools/`` and are rebuilt when their source is new
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from hakbench.core import paths
 from hakbench.core.errors import MeasurementError
+from hakbench.engine import process
 
 NATIVE = Path(__file__).resolve().parents[1] / "native"
 
@@ -28,13 +28,13 @@ def _built(source: str, output: str, flags: tuple[str, ...] = ()) -> Path:
     binary.parent.mkdir(parents=True, exist_ok=True)
     tmp = binary.with_name(f".{output}.{os.getpid()}")
     cc = os.environ.get("CC", "gcc")
-    r = subprocess.run(
+    r = process.run(
         [cc, "-std=c11", "-O2", "-Wall", "-Wextra", *flags, "-o", str(tmp), str(src), "-ldl"],
-        capture_output=True,
-        text=True,
+        timeout=120,
     )
     if r.returncode != 0:
-        raise MeasurementError(f"cannot build {binary}: {r.stderr.strip()[:300]}")
+        why = r.error or r.stderr.strip() or f"exit {r.returncode}, timed out: {r.timed_out}"
+        raise MeasurementError(f"cannot build {binary}: {why[:300]}")
     os.replace(tmp, binary)
     return binary
 

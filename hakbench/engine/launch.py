@@ -27,7 +27,11 @@ class Launch:
     ``fifo`` runs it SCHED_FIFO at that priority (1-99, root; the kernel's RT throttling
     still leaves the others 5 % of each second), ``no_aslr`` turns address-space
     randomisation off (personality ADDR_NO_RANDOMIZE), ``chunks`` times its loop in that many
-    chunks (HB_CHUNKS) and ``spin_ms`` spins that long before the timed loop (HB_SPIN_MS)."""
+    chunks (HB_CHUNKS) and ``spin_ms`` spins that long before the timed loop (HB_SPIN_MS).
+    ``pin_threads`` (HB_PIN_THREADS, on unless ``pin-threads=0``) pins each thread the
+    harness's main thread starts to the next allowed CPU, round-robin, so the scheduler does
+    not put a producer and its consumer on one CPU in one run and on two in the next (measured
+    on xthread: 15x between the two; docs/measuring.md)."""
 
     cpu: int | None = None
     nice: int | None = None
@@ -35,8 +39,9 @@ class Launch:
     no_aslr: bool = False
     chunks: int | None = None
     spin_ms: int | None = None
+    pin_threads: int | None = None  # None: on (1)
 
-    KEYS = ("cpu", "nice", "fifo", "no-aslr", "chunks", "spin-ms")
+    KEYS = ("cpu", "nice", "fifo", "no-aslr", "chunks", "spin-ms", "pin-threads")
 
     @classmethod
     def parse(cls, text: str | None) -> Launch:
@@ -72,6 +77,8 @@ class Launch:
             raise UsageError(f"--launch chunks={self.chunks}: from 1 to 256 (HB_MAX_CHUNKS)")
         if self.spin_ms is not None and not 0 <= self.spin_ms <= 10000:
             raise UsageError(f"--launch spin-ms={self.spin_ms}: from 0 to 10000")
+        if self.pin_threads not in (None, 0, 1):
+            raise UsageError(f"--launch pin-threads={self.pin_threads}: 0 or 1")
 
     def __str__(self) -> str:
         """The ``--launch`` text of this launch ("" for the default)."""
@@ -91,6 +98,7 @@ class Launch:
             out["HB_CHUNKS"] = str(self.chunks)
         if self.spin_ms is not None:
             out["HB_SPIN_MS"] = str(self.spin_ms)
+        out["HB_PIN_THREADS"] = "0" if self.pin_threads == 0 else "1"
         return out
 
 

@@ -118,6 +118,24 @@ def rusage_metrics(ru) -> dict:
     }
 
 
+# From this many threads on, a run's active rate is its median thread's (bench_larson's
+# hundreds of short lifetimes); below, the run's ops over its threads' summed active time (2
+# threads: the mean of two rates is the faster thread's).
+MEDIAN_THREADS = 8
+
+
+def active_rate(harness: dict) -> float | None:
+    """Ops per active second (harness/common.h, "active time"): the median thread's with
+    MEDIAN_THREADS threads or more, else the run's ops over its summed active seconds."""
+    ops, active = harness.get("ops"), harness.get("active_seconds")
+    median, threads = harness.get("active_rate_median"), harness.get("active_threads", 1)
+    if isinstance(threads, int) and threads >= MEDIAN_THREADS and isinstance(median, (int, float)):
+        return float(median) if median > 0 else None
+    if isinstance(ops, int) and ops > 0 and isinstance(active, (int, float)) and active > 0:
+        return ops / active
+    return None
+
+
 def loop_metrics(harness: dict) -> dict:
     """The timed loop's CPU time and the rates beside its Throughput line: ops per CPU second
     and the chunk medians (only what the harness printed, and only when an op ran)."""
@@ -127,6 +145,13 @@ def loop_metrics(harness: dict) -> dict:
         out["loop_cpu_s"] = float(cpu)
         if isinstance(ops, int) and ops > 0:
             out["cpu_throughput"] = ops / cpu
+    active = harness.get("active_seconds")
+    if isinstance(active, (int, float)) and active > 0:
+        out["active_s"] = float(active)
+        out["run_delay_s"] = float(harness.get("run_delay_seconds", 0.0))
+        rate = active_rate(harness)
+        if rate:
+            out["active_throughput"] = rate
     if harness.get("chunks"):
         for key, name in (
             ("chunk_rate", "chunk_throughput"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hakbench.core.metrics import ACTIVE_TIME_PROGRAMS
 from hakbench.stats import stats as st
 
 # Defaults of a bare ``hakbench ab``: mixed is ~35 ms a process (~55 ms under perf, ~125 ms
@@ -63,12 +64,15 @@ DEFAULT_BUILD_LAYOUTS = 16
 
 def judged_metric(metric: str, workload) -> str:
     """The metric that judges ``workload`` when the A/B asks for ``metric``: a command
-    workload's own time or rate; throughput instead of CPU time for a harness workload of
-    several threads (their CPU time leaves out the time they wait for each other); else
-    ``metric``."""
+    workload's own time or rate; for a harness workload of several threads, instead of CPU
+    time (which leaves out the time they wait for each other), their active time where the
+    program reports it for every thread (``metrics.ACTIVE_TIME_PROGRAMS``), else wall-clock
+    throughput; else ``metric``."""
     if workload.command is not None:
         return workload.primary_metric
     if metric == "cpu_throughput" and workload.threads > 1:
+        if workload.program in ACTIVE_TIME_PROGRAMS:
+            return "active_throughput"
         return "throughput"
     return metric
 

@@ -36,6 +36,7 @@ from hakbench.core.errors import UsageError
 from hakbench.core.profiles import Workload, resolve_workload, scaled_workload
 from hakbench.engine import engine
 from hakbench.engine.meta import fingerprint, machine
+from hakbench.engine.process import Launch
 from hakbench.engine.runner import run_sample
 from hakbench.engine.schedule import ab_schedule, complete_pairs
 from hakbench.engine.store import read_json
@@ -148,7 +149,7 @@ def measure_workload(
 
     def run(cell, slot) -> dict:
         t0 = time.perf_counter()
-        s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout)
+        s = run_sample(cell, phase=slot.phase, perf=False, timeout=timeout, launch=Launch())
         return {**s, "cost_s": time.perf_counter() - t0}
 
     slots = ab_schedule(list(cells), pairs, warmup, seed)

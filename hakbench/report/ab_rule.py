@@ -87,9 +87,19 @@ def rule_lines(result) -> list[str]:
     own = {c.workload: c.metric for c in result.primary() if c.metric != spec.metric}
     commands = {w: m for w, m in own.items() if result.cells[w][0].workload.command}
     threaded = {w: m for w, m in own.items() if w not in commands}
-    if threaded:  # CPU time leaves out the time threads wait for each other
+    active = [w for w, m in threaded.items() if m == "active_throughput"]
+    wall = [w for w, m in threaded.items() if m != "active_throughput"]
+    if active:  # CPU time leaves out the time threads wait for each other
         lines += [
-            f"Judged on throughput (several threads): {', '.join(threaded)} (wall clock: their "
+            f"Judged on active time (several threads): {', '.join(active)} (active_throughput: "
+            "ops per second of the threads' time in the timed loop less the time each waited "
+            "for a CPU; their sleeps on each other's locks are in it, which CPU time leaves "
+            "out; threads pinned one per CPU).",
+            "",
+        ]
+    if wall:
+        lines += [
+            f"Judged on throughput (several threads): {', '.join(wall)} (wall clock: their "
             "CPU time leaves out the time they wait for each other).",
             "",
         ]
