@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_harness import parse_result, run_bench
 
-from hakbench.core.cell import make_cell
+from hakbench.engine.cells import make_cell
 from hakbench.core.metrics import ACTIVE_TIME_PROGRAMS, METRICS
 from hakbench.core.profiles import resolve_workload
 from hakbench.engine.process import Launch
