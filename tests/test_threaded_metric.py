@@ -3,8 +3,9 @@ timed loop less the time it waited for a CPU. It must see injected work as CPU t
 and an injected contention (a lock held longer, the others asleep on it) that CPU time does
 not see; and it is what `ab` judges a threaded harness workload on. Real harness programs
 under glibc; the assertions compare medians of a few short runs, with margins wide enough
-for a loaded machine (what is asserted can only grow with load: a thread asleep or spinning
-never counts less than its CPU time)."""
+for a loaded machine: the contention's share falls with load (a chain kept off its CPU by
+another process waits on the run queue, which is left out, instead of asleep on the lock):
+active/CPU 1.8 quiet, 1.5-1.6 beside one busy loop, 1.25 once in make test's two workers."""
 
 import os
 import statistics
@@ -15,9 +16,9 @@ from pathlib import Path
 import pytest
 from test_harness import parse_result, run_bench
 
-from hakbench.engine.cells import make_cell
 from hakbench.core.metrics import ACTIVE_TIME_PROGRAMS, METRICS
 from hakbench.core.profiles import resolve_workload
+from hakbench.engine.cells import make_cell
 from hakbench.engine.process import Launch
 from hakbench.engine.runner import loop_metrics, run_sample
 from hakbench.experiments.ab_spec import judged_metric
@@ -77,9 +78,9 @@ def test_active_time_sees_injected_contention_that_cpu_time_misses(larson):
     # The same work under a shared mutex: CPU time grows by the work only ...
     assert cpu == pytest.approx(work["cpu_seconds"] - base["cpu_seconds"], rel=0.35)
     # ... while the other chain sleeps on the mutex meanwhile: active time grows by the work
-    # and by that wait, about twice as much with two chains contending.
-    assert active > 1.5 * cpu
-    assert lock["active_seconds"] > 1.4 * work["active_seconds"]
+    # and by that wait, up to twice as much with two chains contending (less under load).
+    assert active > 1.15 * cpu
+    assert lock["active_seconds"] > 1.1 * work["active_seconds"]
 
 
 def test_active_time_leaves_out_waiting_for_a_cpu(bench_dir):
