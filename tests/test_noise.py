@@ -138,9 +138,12 @@ def test_chunk_bounds_add_no_cost_per_op_and_keep_the_bursts(bench_dir):
 
     short, long_ = extra(["--iters", "20000"]), extra(["--iters", "40000"])
     bursts = extra(["--iters", "20000", "--extra-ops", "300"])
+    # the six chunks' own cost varies by ~1,700 instructions between identical calls (clock
+    # reads and the printed figures depend on the times read: 34,754-36,484 measured); a bound
+    # off a burst period would move it by ~5,400
     assert 0 < short < 60000
-    assert abs(long_ - short) < 2000
-    assert abs(bursts - short) < 2000
+    assert abs(long_ - short) < 3000
+    assert abs(bursts - short) < 3000
 
 
 # ---- parsing and sample metrics ----
