@@ -101,7 +101,10 @@ def test_active_time_leaves_out_waiting_for_a_cpu(bench_dir):
     cpu, active = float(v["cpu_seconds"]), float(v["active_seconds"])
     delay, wall = float(v["run_delay_seconds"]), float(v["seconds"])
     assert delay > 0.3 * wall  # they did wait for the one CPU
-    assert active < 1.5 * cpu
+    # active time is the CPU time (0.96-1.07 of it, quiet or beside a busy loop) plus what the
+    # threads slept on (on a loaded machine more: 1.54 once in make test); had it counted the
+    # run-queue wait it would be cpu + delay
+    assert active < cpu + 0.5 * delay
     assert active + delay > 1.2 * wall  # two threads alive most of the loop, the wait included
 
 
