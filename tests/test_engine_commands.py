@@ -93,7 +93,11 @@ def _counting(runs) -> bool:
 
 @needs_build
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL],
+    ids=lambda s: s.name,
+)
 def test_a_gate_stopped_among_its_counts_keeps_them_and_resume_passes(sig, scratch, tmp_path):
     results = _gate_results(tmp_path)
     baseline = (results / "scorecard" / "gate.json").read_text()
@@ -156,6 +160,7 @@ def test_a_gate_resume_elsewhere_or_with_other_cells_is_one_line_exit_2(
 # ---- hotspots ----
 
 
+@pytest.mark.slow
 @needs_build
 @pytest.mark.skipif(shutil.which("perf") is None, reason="perf not installed")
 def test_a_stopped_hotspots_records_again_on_resume_and_a_finished_one_does_not(scratch, tmp_path):

@@ -278,6 +278,7 @@ def test_one_added_instruction_in_malloc_fails_the_gate_and_the_tree_passes(tmp_
     assert "gate passed: 2 cells" in clean.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind not installed")
 def test_page_slots_purged_at_once_fail_the_gate_on_faults_not_instructions(tmp_path, repo_root):
     """The regression the instruction count missed: purging emptied page slots at once

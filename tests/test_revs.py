@@ -73,6 +73,7 @@ def test_resolve_rev_gives_the_full_sha():
         resolve_rev("no-such-branch-xyz")
 
 
+@pytest.mark.slow
 def test_failed_build_raises_and_leaves_no_stamp_or_worktree(made_worktrees):
     root_commit = git("rev-list", "--max-parents=0", "HEAD").stdout.split()[0]
     if has_file(root_commit, "allocator/allocator.mk"):
