@@ -67,12 +67,10 @@ static inline void *cxx_new_aligned(size_t size, size_t alignment, int nothrow) 
 // Sized delete (alignment 0: not over-aligned): a small block straight to its page, else the
 // checked path.
 static inline void cxx_delete_sized(void *p, size_t size, size_t alignment) {
-#if HAK_SIZED_FREE_TRUSTED
-    if (hak_sized_free_small(p, size, alignment)) {
+    if (hak_sized_free_small(p, size, alignment)) { // always 0 where sizes are checked
         hak_free_small(p);
         return;
     }
-#endif
     if (alignment)
         hak_free_aligned_sized(p, alignment, size);
     else

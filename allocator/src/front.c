@@ -54,9 +54,8 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
 // (a program's main thread) adopted every superslab its short-lived peers left, for a class
 // it ran out of, and with it pages of every other class, each pinned by a few blocks the peer
 // had handed on; the next peer found none left and cut fresh pages, which its exit left to
-// the long-lived heap in turn. mstress under speed-first: that heap held 33 superslabs and
-// 281 pages for ~5,000 live blocks, peak RSS 1.9x mimalloc's; with own slots first, the new
-// thread adopts what its predecessor left (docs/notebook/2026-11-28-thread-churn.md).
+// the long-lived heap in turn (mstress). With own slots first, the new thread adopts what its
+// predecessor left (measured: docs/notebook/2026-11-28-thread-churn.md).
 // Inlined into one function per front (below), so that each runs with its policy's numbers
 // as constants.
 static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *heap, unsigned cls,

@@ -581,8 +581,9 @@ static inline hak_block *hak_link_checked(const hak_page *page, const hak_block 
 // compare a link, where the test against the page's descriptor was one compare. The blocks'
 // alignment is not tested: a misaligned link still lies in the page, so what the walk writes
 // through it lands in the page's own blocks and never in a header, another page or foreign
-// memory (testing it too, by rotating d, cost xthread +1.3 % instructions per op: the
-// fast build's budget is 1 %; the debug and secure builds check every link in full).
+// memory (testing it too, by rotating d, cost more than the fast build's instruction budget:
+// docs/notebook/2026-11-28-thread-churn.md; the debug and secure builds check every link in
+// full).
 typedef struct hak_slot_bounds {
     uintptr_t start, limit;
 } hak_slot_bounds;

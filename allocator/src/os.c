@@ -54,10 +54,10 @@ uint64_t hak_coarse_now_ns(void) {
 // set it; or vm.overcommit_memory=2): before a mapping is refused, what the allocator keeps
 // mapped for reuse goes back: every cached large region and the rest of the current span
 // chunk, the abandoned superslabs that emptied, every cached empty superslab. Only what sits
-// behind a global lock can be reached safely; other threads' heaps are theirs. Before, a burst
-// of 1-8 MiB blocks freed left the large cache holding the address space: the largest malloc
-// that still succeeded under a 1 GB limit was 32 MiB (glibc: 896 MiB). Returns whether
-// anything was unmapped (then the caller tries once more).
+// behind a global lock can be reached safely; other threads' heaps are theirs. Without it, a
+// burst of large blocks freed left the large cache holding the address space that a later,
+// larger malloc needed (issue #37; test_oom). Returns whether anything was unmapped (then the
+// caller tries once more).
 int hak_os_release_cached(void) {
     size_t released = hak_large_release_cache();
     hak_superslab_reclaim_all_abandoned();
