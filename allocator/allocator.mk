@@ -27,6 +27,10 @@ HAK_CFLAGS_debug-asan := -O1 -g -DHAK_DEBUG=1 -DHAK_STATS_HOT=1 -DHAK_PREFIXED_O
 HAK_CFLAGS_debug-tsan := -O1 -g -DHAK_STATS_HOT=1 -DHAK_PREFIXED_ONLY=1 -fsanitize=thread \
     -fno-omit-frame-pointer
 HAK_LDFLAGS_debug     := -fsanitize=undefined
+# Calls between the library's own exported functions (operator new -> hak_malloc, free_sized
+# -> hak_free, ...) bound at link time, not through the PLT: nothing outside may replace
+# them one by one, as it could not replace malloc without replacing the whole library.
+HAK_LDFLAGS_COMMON    := -Wl,-Bsymbolic-functions
 
 HAK_LIBS := $(BUILD)/fast/libhakmem.so $(BUILD)/fast/libhakmem.a \
     $(BUILD)/stats/libhakmem.so $(BUILD)/stats/libhakmem.a \
@@ -55,7 +59,7 @@ $(BUILD)/$(1)/libhakmem.a: $(call hak_objs,$(1))
 	rm -f $$@ && ar rcs $$@ $$^
 $(BUILD)/$(1)/libhakmem.so: $(call hak_objs,$(1))
 	@mkdir -p $$(@D)
-	$$(CC) -shared -o $$@ $$^ $$(HAK_LDFLAGS_$(1)) -lpthread
+	$$(CC) -shared -o $$@ $$^ $$(HAK_LDFLAGS_COMMON) $$(HAK_LDFLAGS_$(1)) -lpthread
 endef
 
 $(foreach v,fast stats debug secure debug-asan debug-tsan,$(eval $(call HAK_VARIANT_RULES,$(v))))

@@ -23,7 +23,7 @@ $(eval $(call HAK_VARIANT_RULES,pgo-gen))
 
 $(BUILD)/pgo-gen/libhakmem.so: $(call hak_objs,pgo-gen)
 	@mkdir -p $(@D)
-	$(CC) -shared -fprofile-generate -o $@ $^ -lpthread
+	$(CC) -shared -fprofile-generate -o $@ $^ $(HAK_LDFLAGS_COMMON) -lpthread
 
 $(HAK_PGO_STAMP): $(BUILD)/pgo-gen/libhakmem.so $(HARNESS_PLAIN) scripts/pgo_train.py \
                   profiles/matrices/scorecard.toml profiles/workloads.toml

@@ -15,6 +15,7 @@ import pytest
 from hakbench.core.errors import MeasurementError, UsageError
 from hakbench.engine.cells import make_cell
 from hakbench.engine.layouts import (
+    LINK_FLAGS_COMMON,
     PAD_SYMBOL,
     build_layouts,
     draw_layouts,
@@ -140,8 +141,9 @@ def test_a_layout_is_linked_once_and_again_when_its_objects_change(build, build_
     objects = sorted((build / "obj" / "fast").glob("*.o"))
     library = build / "fast" / "libhakmem.so"
     subprocess.run(
-        ["gcc", "-shared", "-o", str(library), *map(str, objects), "-lpthread"], check=True
-    )
+        ["gcc", "-shared", "-o", str(library), *map(str, objects), *LINK_FLAGS_COMMON, "-lpthread"],
+        check=True,
+    )  # (make's own link line: allocator/allocator.mk)
     relinked = build_layouts(build, "fast", 3)
     assert [lay.library.stat().st_mtime_ns for lay in relinked[1:]] != stamp
     assert [lay.order for lay in relinked] == [lay.order for lay in first]

@@ -8,7 +8,6 @@ another process waits on the run queue, which is left out, instead of asleep on 
 active/CPU 1.8 quiet, 1.5-1.6 beside one busy loop, 1.25 once in make test's two workers."""
 
 import os
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -41,25 +40,30 @@ LARSON = [
 ]
 WORK = ["--extra-ops", "400000"]
 CONTENTION = ["--hold-ops", "400000"]
-RUNS = 3
+RUNS = 5
+FIGURES = ("cpu_seconds", "active_seconds", "seconds")
 
 
 def _figures(bench_dir, extra) -> dict:
-    """Median over RUNS runs of the loop's CPU, active and wall seconds."""
-    runs = []
-    for _ in range(RUNS):
-        proc = run_bench(bench_dir, "bench_larson", [*LARSON, *extra], env={"HB_PIN_THREADS": "1"})
-        _, v = parse_result(proc.stdout)
-        runs.append({k: float(v[k]) for k in ("cpu_seconds", "active_seconds", "seconds")})
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    """The loop's CPU, active and wall seconds of one run."""
+    proc = run_bench(bench_dir, "bench_larson", [*LARSON, *extra], env={"HB_PIN_THREADS": "1"})
+    _, v = parse_result(proc.stdout)
+    return {k: float(v[k]) for k in FIGURES}
 
 
 @pytest.fixture(scope="module")
 def larson(bench_dir):
-    return {
-        name: _figures(bench_dir, x)
-        for name, x in (("base", []), ("work", WORK), ("lock", CONTENTION))
-    }
+    """The least of each variant's figures over RUNS rounds, the variants interleaved round
+    by round. Noise only adds time: a run whose two chains the scheduler ran one after the
+    other (1 run in 4 here, quiet or not: wall time doubled, active time 1.8x its CPU time)
+    or that a load slowed. The median of 3 runs in three blocks failed the work's check in a
+    fresh clone's make test; the median of 5 interleaved failed it quiet."""
+    variants = (("base", []), ("work", WORK), ("lock", CONTENTION))
+    runs = {name: [] for name, _ in variants}
+    for _ in range(RUNS):
+        for name, extra in variants:
+            runs[name].append(_figures(bench_dir, extra))
+    return {name: {k: min(r[k] for r in rs) for k in FIGURES} for name, rs in runs.items()}
 
 
 def test_active_time_sees_injected_work_as_cpu_time_does(larson):
@@ -88,24 +92,29 @@ def test_active_time_leaves_out_waiting_for_a_cpu(bench_dir):
     wall time of each thread counts that wait; active time does not, so it stays near the
     CPU time, not near twice the wall time."""
     one_cpu = min(os.sched_getaffinity(0))
-    proc = subprocess.run(
-        [str(bench_dir / "bench_larson"), *LARSON],
-        env={"PATH": "/usr/bin:/bin", "HB_PIN_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}),
-    )
-    assert proc.returncode == 0, proc.stderr
-    _, v = parse_result(proc.stdout)
-    cpu, active = float(v["cpu_seconds"]), float(v["active_seconds"])
-    delay, wall = float(v["run_delay_seconds"]), float(v["seconds"])
-    assert delay > 0.3 * wall  # they did wait for the one CPU
-    # active time is the CPU time (0.96-1.07 of it, quiet or beside a busy loop) plus what the
-    # threads slept on (on a loaded machine more: 1.54 once in make test); had it counted the
-    # run-queue wait it would be cpu + delay
-    assert active < cpu + 0.5 * delay
-    assert active + delay > 1.2 * wall  # two threads alive most of the loop, the wait included
+    seen = []
+    for _ in range(3):  # a load beside it can blur one run; the rule holds in an undisturbed one
+        proc = subprocess.run(
+            [str(bench_dir / "bench_larson"), *LARSON],
+            env={"PATH": "/usr/bin:/bin", "HB_PIN_THREADS": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}),
+        )
+        assert proc.returncode == 0, proc.stderr
+        _, v = parse_result(proc.stdout)
+        cpu, active = float(v["cpu_seconds"]), float(v["active_seconds"])
+        delay, wall = float(v["run_delay_seconds"]), float(v["seconds"])
+        seen.append((cpu, active, delay, wall))
+        # they did wait for the one CPU; active time is the CPU time (0.96-1.07 of it, quiet or
+        # beside a busy loop) plus what the threads slept on (on a loaded machine more: 1.54
+        # once in make test); had it counted the run-queue wait it would be cpu + delay; and
+        # two threads were alive most of the loop, the wait included
+        if delay > 0.3 * wall and active < cpu + 0.5 * delay and active + delay > 1.2 * wall:
+            break
+    else:
+        pytest.fail(f"no run of 3 (cpu, active, run delay, wall seconds): {seen}")
 
 
 def test_spin_waits_are_reported_beside_active_time(bench_dir):
@@ -171,8 +180,14 @@ def test_pinned_threads_land_on_distinct_cpus(bench_dir):
         argv, env={"PATH": "/usr/bin:/bin", "HB_PIN_THREADS": "1"}, stdout=subprocess.DEVNULL
     )
     try:
+        # read again until two threads are pinned: a thread just started still has its
+        # parent's CPUs until its first lines pin it (seen once in make test: [{0}, {0, 1}])
         deadline, allowed = time.monotonic() + 20, {}
-        while len(allowed) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        while (
+            sum(len(c) == 1 for c in allowed.values()) < 2
+            and time.monotonic() < deadline
+            and proc.poll() is None
+        ):
             for task in Path(f"/proc/{proc.pid}/task").glob("*"):
                 if task.name != str(proc.pid):
                     try:

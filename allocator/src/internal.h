@@ -174,6 +174,10 @@ typedef struct hak_superslab {
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
     uint64_t purge_due_ns; // speed-first: when the resident free slots may be purged (0: none due)
+    // The adopter's grace (os.c, hak_os_superslab_adopted): bit i: free slot i was handed to an
+    // adopter before the deadline, which ages it instead of purging it; graced: slot i had that
+    // grace since it was last freed (once a free period).
+    uint32_t young_mask, graced_mask;
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
@@ -335,6 +339,10 @@ extern uint8_t hak_class_kind[HAK_CLASS_COUNT];
 // look; the fast path reads heap->class_of_size as always. hak_class_merged_into[c]: the
 // class that serves class c's sizes until the split (c itself if never merged).
 extern uint8_t hak_class_merged_into[HAK_TINY_CLASS_COUNT];
+// The size -> class tables every heap starts with (route.c, process init; heap->class_of_size
+// and heap->class_of_mid are copies).
+extern uint8_t hak_route_class_of_size[HAK_TINY_MAX + 1];
+extern uint8_t hak_route_class_of_mid[HAK_MID_INDEX_COUNT];
 extern const hak_heap hak_heap_empty;
 extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
@@ -439,7 +447,10 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
 void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
-size_t hak_superslab_purge(hak_superslab *ss); // bytes given back
+// Gives back the resident free slots (bytes returned); `aged`: all but the young ones (an
+// adopter's grace, os.c), whose grace it ends (a deadline's purge; otherwise all, as at trim
+// and under the lean policy).
+size_t hak_superslab_purge(hak_superslab *ss, int aged);
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 void hak_superslab_reclaim_abandoned(unsigned visits);
@@ -466,6 +477,8 @@ void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
 void hak_os_purge_due(struct hak_heap *heap);
 size_t hak_os_trim(struct hak_heap *heap);
 void hak_os_superslab_unowned(hak_superslab *ss);
+// An adopter takes it: its resident free slots get a delay of their own (once per free period).
+void hak_os_superslab_adopted(hak_superslab *ss);
 unsigned hak_os_class_affinity(unsigned cls);
 #ifdef HAK_DEBUG
 // Test hooks of the debug builds (test_cache_decommit): called by hak_os_superslab_put just

@@ -63,8 +63,8 @@
       "HotHeap v2 class mask (bits as SMALL_HEAP_V3_CLASSES; mid groups up to M4 = 32 KiB), used when TINY_HOTHEAP_V2=1") \
     X(SMALL_HEAP_V3_ENABLED, BOOL, "1", HAK_ALL_VARIANTS, "", "SMALL_HEAP_V3_STATS.route_hits", \
       "route SMALL_HEAP_V3_CLASSES to SmallObject v3 (pages sized per class, classes up to 256 KiB)") \
-    X(SMALL_HEAP_V3_CLASSES, INT, "0x1f7f", HAK_ALL_VARIANTS, "", "SMALL_HEAP_V3_STATS.route_hits", \
-      "SmallObject v3 class mask (bits 0-7 = tiny groups C0..C7, bits 8-15 = mid groups M0..M7: (1,2] .. (128,256] KiB); default 0x1f7f: up to 32 KiB but C7, which TinyHeap keeps (C7_SAFE); 0xff7f adds the 32-256 KiB classes")
+    X(SMALL_HEAP_V3_CLASSES, INT, "0xff7f", HAK_ALL_VARIANTS, "", "SMALL_HEAP_V3_STATS.route_hits", \
+      "SmallObject v3 class mask (bits 0-7 = tiny groups C0..C7, bits 8-15 = mid groups M0..M7: (1,2] .. (128,256] KiB); default 0xff7f: up to 256 KiB but C7, which TinyHeap keeps (C7_SAFE); 0x1f7f stops at 32 KiB (larger blocks: large.c)")
 // clang-format on
 
 typedef enum {

@@ -283,6 +283,41 @@ static uint32_t slots_beyond_floor(const hak_superslab *ss) {
     return dirty;
 }
 
+// A deadline set: every slot free now waits a whole delay from now (an adopter's grace is
+// part of it, so it ends).
+static void arm(hak_superslab *ss, uint64_t due) {
+    ss->purge_due_ns = due;
+    ss->young_mask = 0;
+}
+
+static uint64_t purge_delay(void) {
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
+}
+
+// A deadline passed: the resident free slots go, but those an adopter was given a grace for
+// (young: hak_os_superslab_adopted), which wait one delay more, with a deadline again while
+// they are beyond the floor. Looked at a whole delay late, the young go too: they waited as
+// long.
+static void purge_aged(hak_superslab *ss, uint64_t now) {
+    hak_superslab_purge(ss, now < ss->purge_due_ns + purge_delay());
+    if (slots_beyond_floor(ss)) arm(ss, now + purge_delay());
+}
+
+// The exited owner's deadline was purging the free slots under the adopter as it started to
+// reuse them (mstress). Adopted before that deadline, each resident free slot gets a whole
+// delay from its adoption, once per free period: threads that adopt the superslab in turn keep
+// none that no one reuses resident for more than two delays after its first adoption. Adopted
+// after it, the slots waited their delay unused and go at the next check.
+void hak_os_superslab_adopted(hak_superslab *ss) {
+    uint32_t grace = ss->dirty_mask & ss->free_page_mask & ~ss->graced_mask;
+    if (!grace || !ss->purge_due_ns) return; // (no deadline: within the floor, nothing to spare)
+    uint64_t now = hak_coarse_now_ns();
+    if (now >= ss->purge_due_ns) return;
+    ss->young_mask |= grace;
+    ss->graced_mask |= grace;
+    if (ss->purge_due_ns < now + purge_delay()) ss->purge_due_ns = now + purge_delay();
+}
+
 // A superslab nobody owns (abandoned by an exiting thread, or visited on the abandoned list):
 // no heap checks its deadline, so one is set here and acted on here. The lean policy purges
 // every resident free slot at once. Speed-first gives the purge delay a chance, as in a live
@@ -294,13 +329,13 @@ void hak_os_superslab_unowned(hak_superslab *ss) {
     if (!slots_beyond_floor(ss)) {
         ss->purge_due_ns = 0;
     } else if (hak_option[HAK_OPT_SS_MEM_LEAN]) {
-        hak_superslab_purge(ss);
+        hak_superslab_purge(ss, 0);
     } else {
         uint64_t now = hak_coarse_now_ns();
         if (!ss->purge_due_ns)
-            ss->purge_due_ns = now + HAK_PURGE_DELAY_NS;
+            arm(ss, now + HAK_PURGE_DELAY_NS);
         else if (now >= ss->purge_due_ns)
-            hak_superslab_purge(ss);
+            purge_aged(ss, now);
     }
 }
 
@@ -315,9 +350,15 @@ void hak_os_superslab_unowned(hak_superslab *ss) {
 // superslab of each class, and the free-list heads it pops sat in as many more header pages
 // and cache lines. Speed-first shares superslabs between all classes: with groups there
 // too, bench_churn ran 1.06x faster in 0.81 of the memory, but bench_larson 0.965x in 1.38x
-// its peak RSS (docs/allocator.md, "Adoption").
+// its peak RSS (docs/allocator.md, "Adoption"). Pages of classes above 8 KiB (medium and big
+// pages, 1-4 to a superslab) have groups under both policies: larson's classes are all small,
+// and once SmallObject v3 served the classes up to 256 KiB, bench_churn's new threads adopted
+// medium superslabs for one group and took over free blocks of the others' with them (its
+// peak RSS 78 MB against 66 with those blocks on the large path; with groups, 71-72 MB).
 unsigned hak_os_class_affinity(unsigned cls) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
+    return hak_option[HAK_OPT_SS_MEM_LEAN] || hak_class_kind[cls] != HAK_KIND_SMALL
+               ? hak_class_group_bit(cls)
+               : HAK_AFFINITY_ANY;
 }
 
 // The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,
@@ -355,11 +396,11 @@ void hak_os_idle_tick(hak_heap *heap) {
 
 void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     uint32_t dirty = slots_beyond_floor(ss);
-    uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
+    uint64_t delay = purge_delay();
     if (!dirty) {
         ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
     } else {
-        if (!ss->purge_due_ns) ss->purge_due_ns = hak_coarse_now_ns() + delay;
+        if (!ss->purge_due_ns) arm(ss, hak_coarse_now_ns() + delay);
         if (!heap->purge_next_ns || ss->purge_due_ns < heap->purge_next_ns)
             heap->purge_next_ns = ss->purge_due_ns;
     }
@@ -400,10 +441,8 @@ void hak_os_purge_due(hak_heap *heap) {
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
         for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next) {
             if (!ss->purge_due_ns) continue;
-            if (ss->purge_due_ns <= now)
-                hak_superslab_purge(ss); // clears purge_due_ns
-            else if (!next || ss->purge_due_ns < next)
-                next = ss->purge_due_ns;
+            if (ss->purge_due_ns <= now) purge_aged(ss, now); // may set a new deadline
+            if (ss->purge_due_ns && (!next || ss->purge_due_ns < next)) next = ss->purge_due_ns;
         }
     heap->purge_next_ns = next;
 }
@@ -415,7 +454,7 @@ size_t hak_os_trim(hak_heap *heap) {
     if (heap) {
         for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
             for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
-                dropped += hak_superslab_purge(ss);
+                dropped += hak_superslab_purge(ss, 0);
         heap->purge_next_ns = 0;
     }
     hak_lock_acquire(&cache_lock);

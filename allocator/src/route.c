@@ -4,7 +4,7 @@
 // Precedence when several switches claim a class (first match wins, the order of the checks in
 // hak_route_for_class):
 //   1. SmallObject v3   HAKMEM_SMALL_HEAP_V3_ENABLED=1 (the default) and the class in
-//                       SMALL_HEAP_V3_CLASSES (default 0x1f7f: up to 32 KiB, all but C7)
+//                       SMALL_HEAP_V3_CLASSES (default 0xff7f: up to 256 KiB, all but C7)
 //   2. HotHeap v2       HAKMEM_TINY_HOTHEAP_V2=1 and the class in TINY_HOTHEAP_CLASSES
 //   3. TinyHeap         the class in TINY_HEAP_CLASSES (or the TINY_HEAP_PROFILE's mask)
 //   4. legacy           everything else
@@ -20,6 +20,8 @@
 size_t hak_small_max = HAK_MID_MAX;
 uint8_t hak_class_kind[HAK_CLASS_COUNT];
 uint8_t hak_class_merged_into[HAK_TINY_CLASS_COUNT];
+uint8_t hak_route_class_of_size[HAK_TINY_MAX + 1];
+uint8_t hak_route_class_of_mid[HAK_MID_INDEX_COUNT];
 
 static unsigned tinyheap_mask(void) {
     long override = hak_option[HAK_OPT_TINY_HEAP_CLASSES];
@@ -68,6 +70,18 @@ void hak_route_init(void) {
     for (unsigned c = 0; c < HAK_TINY_CLASS_COUNT; c++)
         hak_class_merged_into[c] =
             (uint8_t)(hak_tiny_group[c] == 6 && hak_class_block_size[c] % 64 ? c + 1 : c);
+    // Every heap starts with these size -> class tables (a copy, hak_heap_create: a heap's own
+    // tiny table changes when it splits a merged class). Computed once here: built per heap,
+    // the mid table alone took 20,000 instructions of every thread's start with the classes up
+    // to 256 KiB served.
+    for (size_t n = 0; n <= HAK_TINY_MAX; n++)
+        hak_route_class_of_size[n] = hak_class_merged_into[hak_tiny_class_of(n)];
+    // Index i covers sizes (256 (i - 1), 256 i]; class boundaries are multiples of 256 B.
+    for (size_t i = 0; i < HAK_MID_INDEX_COUNT; i++) {
+        size_t n = i * 256;
+        hak_route_class_of_mid[i] =
+            n <= HAK_TINY_MAX || n > hak_small_max ? HAK_CLASS_NONE : (uint8_t)hak_mid_class_of(n);
+    }
 }
 
 void hak_route_latch(hak_heap *heap) {

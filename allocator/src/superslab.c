@@ -81,6 +81,7 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
     ss->free_page_mask = (uint32_t)((1ull << ss->page_count) - 1);
     if (page_kind == HAK_KIND_SMALL) ss->free_page_mask &= ~1u;
     ss->purge_due_ns = 0;
+    ss->young_mask = ss->graced_mask = 0;
 #ifdef HAK_SECURE
     // New secrets for its links (internal.h, hak_link_encode); from the process's key stream
     // when the kernel's pool cannot answer at once.
@@ -130,6 +131,8 @@ hak_page *hak_superslab_page_alloc(hak_superslab *ss) {
     if (!slot_writable(ss, i)) return NULL;
     ss->free_page_mask &= ~(1u << i);
     ss->dirty_mask &= ~(1u << i);
+    ss->young_mask &= ~(1u << i);
+    ss->graced_mask &= ~(1u << i);
     ss->pages_in_use++;
     return &ss->pages[i];
 }
@@ -144,14 +147,17 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
     page->free = page->local_free = NULL; // (its purged blocks: hak_page_init resets them)
     ss->free_page_mask |= 1u << i;
     ss->dirty_mask |= 1u << i;
+    ss->young_mask &= ~(1u << i); // (young: only an adopter's grace, os.c)
+    ss->graced_mask &= ~(1u << i);
     ss->pages_in_use--;
 }
 
 // Gives the memory of the superslab's resident free slots back to the kernel, one madvise per
 // run of adjacent slots (they read as zero afterwards; carving rewrites every link anyway).
 // The header page stays. A huge-page superslab is one page: nothing to give back piecewise.
-size_t hak_superslab_purge(hak_superslab *ss) {
-    uint32_t mask = ss->dirty_mask & ss->free_page_mask;
+size_t hak_superslab_purge(hak_superslab *ss, int aged) {
+    uint32_t mask = ss->dirty_mask & ss->free_page_mask & (aged ? ~ss->young_mask : ~0u);
+    ss->young_mask = 0;
     ss->dirty_mask &= ~mask;
     ss->purge_due_ns = 0;
     if (ss->huge) return 0;
@@ -275,6 +281,7 @@ hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged) {
     if (ss) {
         unlink_abandoned(ss);
         hak_stat_add(ss_os, adopt, 1);
+        hak_os_superslab_adopted(ss);
     }
     hak_lock_release(&abandoned_lock);
     return ss;

@@ -108,7 +108,7 @@ expect_paths "HAKMEM_TINY_HEAP_PROFILE=LEGACY HAKMEM_SMALL_HEAP_V3_CLASSES=0xff0
 expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00" \
     SMALL_HEAP_V3_STATS classes 65280
 expect_field "HAKMEM_SMALL_HEAP_V3_CLASSES=0xffff" SMALL_HEAP_V3_STATS classes 65535
-expect_field "" SMALL_HEAP_V3_STATS classes 8063 # the default 0x1f7f: up to 32 KiB, all but C7
+expect_field "" SMALL_HEAP_V3_STATS classes 65407 # the default 0xff7f: up to 256 KiB, all but C7
 expect_os "HAKMEM_SS_MEM_LEAN=1" madvise
 expect_os "HAKMEM_SS_HUGEPAGE_EXPERIMENT=1" "huge_alloc huge_fail"
 

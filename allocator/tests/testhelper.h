@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,6 +113,20 @@ static inline bool resident_bounds_apply(void) {
 #else
     return true;
 #endif
+}
+
+// Resident OS pages wholly inside [p + skip, p + size).
+static inline unsigned resident_inside(unsigned char *p, size_t skip, size_t size) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)p + skip + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + size) & ~(page - 1);
+    unsigned char vec[64];
+    size_t n = (end - start) / page;
+    if (end <= start || n > sizeof vec || mincore((void *)start, end - start, vec) != 0) return 0;
+    unsigned resident = 0;
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    return resident;
 }
 
 // Resident and virtual size of this process in bytes, from /proc/self/statm. Reading it with

@@ -67,8 +67,9 @@ PAD_SECTION = ".text.unlikely.hak_layout_pad"  # first in .text under the defaul
 PAD_SYMBOL = "hak_layout_pad"
 # Link flags of each variant after the objects, as allocator/allocator.mk and pgo.mk give
 # them; the byte-identity check of make's own order catches any drift.
+LINK_FLAGS_COMMON = ("-Wl,-Bsymbolic-functions",)
 LINK_FLAGS = {"debug": ("-fsanitize=undefined",)}
-FORMAT = 1  # bump when the way a layout is made changes: every cached layout is relinked
+FORMAT = 2  # bump when the way a layout is made changes: every cached layout is relinked
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ class _Linker:
         self.base, self.variant, self.cc = base, variant, cc
         self.objects = _objects(base, variant)
         self.hashes = {name: _sha256(p) for name, p in self.objects.items()}
-        self.flags = [*LINK_FLAGS.get(variant, ()), "-lpthread"]
+        self.flags = [*LINK_FLAGS_COMMON, *LINK_FLAGS.get(variant, ()), "-lpthread"]
         self.checked = False
 
     def key(self, order: tuple[str, ...], pad: int, layout_seed: int) -> str:
