@@ -296,3 +296,48 @@ def test_the_header_names_both_revisions():
     text = ABSpec(rev="HEAD", baseline_rev="HEAD~1").describe()
     assert text == "A = hakmem C7_SAFE @ HEAD~1, B = hakmem C7_SAFE @ HEAD"
     assert "@ the working tree" in ABSpec(baseline_rev="v1").describe()
+
+
+def _fixed_samples(ratios) -> list[dict]:
+    """The measured pairs of a fixed-count call of workload w: A at 1.0, B at each ratio."""
+    out = []
+    for i, r in enumerate(ratios):
+        for side, value in (("A", 1.0), ("B", float(r))):
+            metrics = {"cpu_throughput": value}
+            out.append({"workload": "w", "phase": "measure", "round": i, "pair": 0,
+                        "side": side, "status": "ok", "metrics": metrics})  # fmt: skip
+    return out
+
+
+def test_a_fixed_count_that_drifted_is_flagged_beside_its_verdict():
+    """--runs N stops at N whatever the pairs do, so a drift cannot stop it; it is checked
+    after the fact with the sequential rule's test and named beside the verdict, which the
+    pairs' count decided as asked. Pairs that do not drift get no flag."""
+    from hakbench.experiments.ab_analysis import _flag_drift
+
+    rng = np.random.default_rng(3)
+    n = 100
+    drifting = np.exp(np.where(np.arange(n) < 50, 0.0, -0.03) + 0.01 * rng.standard_normal(n))
+    steady = np.exp(-0.03 + 0.01 * rng.standard_normal(n))
+    for ratios, flagged in ((drifting, True), (steady, False)):
+        c = st.Comparison("w", "cpu_throughput", 1.0, 0.97, 0.97, 0.96, 0.98, 1e-6, n, True)
+        c.verdict = st.NO_GO
+        _flag_drift(c, _fixed_samples(ratios))
+        assert ("Spearman" in getattr(c, "note", "")) is flagged, getattr(c, "note", "")
+        assert c.verdict == st.NO_GO  # judged as asked
+    # the report's "time, stop" column shows it
+    from hakbench.report.markdown import stop_text
+
+    _flag_drift(c, _fixed_samples(drifting))
+    c.seconds = 1.0
+    assert "Spearman" in stop_text(c) and "a fixed count" in stop_text(c)
+
+
+def test_the_rule_says_what_active_throughput_is():
+    # larson (8 threads and more) is judged on the median thread's rate, not on summed time
+    c = st.Comparison("larson", "active_throughput", 1.0, 1.0, 1.0, 0.99, 1.01, 0.5, 40, True)
+    result = ABResult(Path("."), ABSpec(), {}, [c], {"active_throughput": "primary"}, {}, [], [])
+    assert direction_text(result) == (
+        "higher active_throughput is better (ops per active second of the timed loop, the "
+        "median thread's rate with 8 threads or more: larson)"
+    )

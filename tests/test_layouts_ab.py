@@ -172,8 +172,14 @@ def test_layouts_refuses_a_reference_allocator(lab):
 
 def test_continue_keeps_drawing_layouts(lab):
     out = lab / "cont"
-    first = run_ab(spec(pairs=None, max_time_s=0.5, threshold_pct=0.1), out, show_progress=False)
-    again = ab_plan.resume_spec(out, max_time_s=1.0)
+    # a budget short of 12 pairs per layout: with that many the first call may already stop
+    # layout-limited (make test's load made it so in three fresh clones), which no
+    # continuation extends
+    first = run_ab(spec(pairs=None, max_time_s=0.2, threshold_pct=0.1), out, show_progress=False)
+    assert first.primary()[0].stop != "layout-limited"
+    # the new budget counts the first call's pairs too: a loaded machine can spend more than
+    # 1 s on them (make test did once), so it gives a second past what the first one took
+    again = ab_plan.resume_spec(out, max_time_s=first.pairs_seconds + 1.0)
     assert again.layouts == 2 and again.seed == first.spec.seed
     second = run_ab(again, out, show_progress=False, continued=True)
     assert second.primary()[0].n_pairs > first.primary()[0].n_pairs

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hakbench.engine.layouts import draw_layouts
+from hakbench.experiments.ab_spec import DEFAULT_BUILD_LAYOUTS
 from hakbench.stats.layouts import (
     is_layout_sensitive,
     layout_cells,
@@ -177,6 +178,19 @@ def test_an_aa_between_layouts_is_rarely_go_or_no_go_and_the_plain_rule_often_is
     four = [simulated_call(rng, k=4, mu=0.0, widen=False) for _ in range(200)]
     assert rate(one, GO, NO_GO) > 0.2
     assert rate(four, GO, NO_GO) > 0.05
+
+
+@pytest.mark.slow
+def test_at_the_default_16_layouts_a_side_an_aa_is_rarely_go_or_no_go():
+    # the share of the one-sided level each look takes (stopper.LAYOUT_RULE) was calibrated at
+    # 4 layouts a side; ab's default between two builds is 16 (ab_spec.DEFAULT_BUILD_LAYOUTS)
+    rng = np.random.default_rng(16)
+    widened = [simulated_call(rng, k=DEFAULT_BUILD_LAYOUTS, mu=0.0) for _ in range(300)]
+    assert rate(widened, GO, NO_GO) <= 0.05
+    slowed = [
+        simulated_call(rng, k=DEFAULT_BUILD_LAYOUTS, mu=math.log(1 - 0.015)) for _ in range(50)
+    ]
+    assert rate(slowed, NO_GO) >= 0.90
 
 
 def test_a_real_slowdown_is_still_no_go_through_the_layouts():

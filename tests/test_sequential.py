@@ -2,6 +2,7 @@
 noise has the shape of real A/A pairs (tests/data/aa_log_ratios_mixed_loaded.txt: 300
 interleaved A/A pairs of `mixed` measured on the lab VM under load, robust-standardised)."""
 
+import dataclasses
 import math
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from test_calibrate_sequential import Clock
 
 from hakbench.stats import sequential as sq
+from hakbench.stats import stats as st
 from hakbench.stats.stats import GO, NEUTRAL, NO_GO
 from hakbench.stats.stopper import Stopper
 
@@ -233,3 +235,76 @@ def test_neutral_is_controlled_across_the_workloads_of_a_call():
         if n_three:
             break
     assert n_one is not None and n_three is not None and n_one < n_three
+
+
+def _pairs_to_decide_eighteen(effect: float, noise: float, seed: int) -> list:
+    """Pairs each of 18 workloads (a call over mimalloc-bench's programs) took to stop, all
+    with the same true change, a look after every pair."""
+    rng = np.random.default_rng(seed)
+    names = [f"p{i}" for i in range(18)]
+    rule = Stopper(dict.fromkeys(names, False), 1.0, max_time_s=math.inf, max_pairs=200)
+    while rule.running():
+        for w in rule.running():
+            rule.add(w, effect + noise * rng.standard_normal())
+        rule.end_round()
+    return [(rule.stops[w].verdict, len(rule.stops[w].logs)) for w in names]
+
+
+def test_a_large_change_is_decided_in_few_pairs_in_a_call_of_eighteen_programs():
+    """Each run of a public program costs seconds: a change far beyond the noise must not need
+    the 23 pairs the normal mixture alone asked for (its Gaussian bound is loose when all the
+    signs agree); the signs' own mixture decides it in 15."""
+    stops = _pairs_to_decide_eighteen(0.2, 0.02, seed=21)
+    assert all(v == NO_GO for v, _ in stops), stops
+    assert max(n for _, n in stops) <= 15, stops
+    same = _pairs_to_decide_eighteen(0.0, 0.001, seed=22)  # equal to a tenth of a percent
+    assert all(v == NEUTRAL for v, _ in same), same
+    assert max(n for _, n in same) <= 15, same
+
+
+def test_looking_after_every_pair_from_the_first_keeps_an_aa_within_5_percent():
+    """The signs' mixture decides at small n, where an A/A's signs are most often lopsided by
+    chance: looked at after every pair from the first, an A/A still ends GO/NO-GO in at most 5 %
+    of runs."""
+    verdicts = Counter(v for v, _ in simulate(0.0, runs=600, seed=23, batch=1, budget=60))
+    assert verdicts[GO] + verdicts[NO_GO] <= 0.05 * 600, verdicts
+
+
+def test_a_stop_waits_for_the_guardrails_its_workload_names_holding_the_primary():
+    """A public suite's program is asked for its peak RSS too: its stop waits for that
+    guardrail's verdict (judged as the end of the call will), the primary held at the verdict
+    it reached first; a workload that names none stops at its primary's decision."""
+    rng = np.random.default_rng(24)
+
+    def run(waits):
+        rule = Stopper(
+            {"w": False, "v": False},
+            1.0,
+            max_time_s=math.inf,
+            max_pairs=400,
+            waits=waits,
+            guard_family=4,
+        )
+        rss = []
+        while rule.running():
+            for w in rule.running():
+                x = 0.02 * rng.standard_normal()  # peak RSS: 3 % larger, noisy
+                rss.append(x)
+                rule.add(w, -0.2 + 0.01 * rng.standard_normal(), guards={"maxrss_kb": 0.03 + x})
+            rule.end_round()
+        return rule
+
+    plain = run(None)
+    assert all(s.verdict == GO and s.reason == "decided" for s in plain.stops.values())
+    first = len(plain.stops["w"].logs)
+    waiting = run({"w": {"maxrss_kb": False}})
+    w, v = waiting.stops["w"], waiting.stops["v"]
+    assert v.verdict == GO and len(v.logs) <= 15 and not v.guards  # no wait named
+    assert w.verdict == GO and w.reason == "decided" and w.held
+    assert len(w.logs) <= 15  # the primary's verdict and n: those of its decision
+    assert len(w.guards["maxrss_kb"]) > max(first, len(w.logs))  # the pairs went on
+    # and the guardrail is decisive as the end judges it: NO-GO (RSS grew 3 %)
+    c = st.compare_paired("w", "maxrss_kb", [1.0] * 1, [1.0] * 1, False)
+    c.ratios = [math.exp(x) for x in w.guards["maxrss_kb"]]
+    sq.judge_anytime([c] * 1 + [dataclasses.replace(c) for _ in range(3)], 1.0)
+    assert c.verdict == NO_GO

@@ -17,10 +17,11 @@ from click.testing import CliRunner
 
 from hakbench.cli import main
 from hakbench.core import suites
-from hakbench.core.errors import EXIT_SUITE
+from hakbench.core.errors import EXIT_SUITE, UsageError
 from hakbench.core.profiles import expand_workloads, load_suite_workloads, load_workloads
 from hakbench.engine import suite_build
-from hakbench.experiments.ab_plan import default_max_time
+from hakbench.experiments.ab_plan import default_max_time, default_warmup
+from hakbench.experiments.ab_spec import DEFAULT_WARMUP_PAIRS
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE_FILE = REPO / "profiles" / "suites" / "mimalloc-bench.toml"
@@ -68,7 +69,16 @@ def test_every_program_has_a_workload_with_bench_sh_arguments_scaled_to_the_cpus
     wls = load_suite_workloads(SUITE_FILE, procs=7)
     programs = {Path(w.command.argv[0]).name for w in wls.values()}
     assert programs == PROGRAMS
-    assert all(w.suite == "mimalloc-bench" and "mimalloc-bench" in w.groups for w in wls.values())
+    assert all(w.suite == "mimalloc-bench" for w in wls.values())
+    # every program once in the suite's group; bench.sh's other lengths beside it
+    judged = {n for n, w in wls.items() if "mimalloc-bench" in w.groups}
+    assert {Path(wls[n].command.argv[0]).name for n in judged} == PROGRAMS
+    assert len(
+        {(Path(wls[n].command.argv[0]).name, wls[n].command.argv[1:2]) for n in judged}
+    ) == len(judged)  # no program twice at one thread count
+    others = set(wls) - judged
+    assert others == {"mb-larson", "mb-larson-sized", "mb-xmalloc-test", "mb-mstress", "mb-mleak-5"}
+    assert all(wls[n].groups == ("mimalloc-bench-alternatives",) for n in others)
     assert all(n.startswith("mb-") for n in wls)
     # bench.sh: larson 5 8 1000 5000 100 4141 $procs; xmalloc-test -w $procs -t 5 -s 64
     assert wls["mb-larson"].command.argv[1:] == ("5", "8", "1000", "5000", "100", "4141", "7")
@@ -90,12 +100,29 @@ def test_every_program_has_a_workload_with_bench_sh_arguments_scaled_to_the_cpus
         assert w.command.budget and w.description, w.name
 
 
-def test_the_group_expands_and_abs_budget_is_the_sum_of_the_programs_budgets():
+def test_the_group_expands_and_abs_budget_and_warmup_are_the_programs_own():
     wls = load_workloads()
     names = expand_workloads(["@mimalloc-bench"], wls)
-    assert set(names) == {n for n in wls if n.startswith("mb-")}
+    assert len(names) == 18 and "mb-mstress-400" in names and "mb-mstress" not in names
     assert default_max_time(["@mimalloc-bench"]) == sum(wls[n].command.budget for n in names)
     assert default_max_time(["mixed"]) == 60.0  # harness workloads keep ab's default
+    # the suite states one warm-up pair for every program: ab's default when all state it
+    assert {wls[n].command.warmup for n in names} == {1}
+    assert default_warmup(["@mimalloc-bench"]) == 1
+    assert default_warmup(["@mimalloc-bench", "mixed"]) == DEFAULT_WARMUP_PAIRS
+
+
+def test_an_alternative_must_name_a_judged_workload_of_its_suite(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text(
+        '[suite]\nname = "s"\n[workloads.a]\nargv = ["true"]\nalternative_to = "b"\n'
+        '[workloads.c]\nargv = ["true"]\nalternative_to = "a"\n'
+    )
+    with pytest.raises(UsageError, match="alternative_to must name a workload of the suite"):
+        load_suite_workloads(bad)
+    bad.write_text('[suite]\nname = "s"\n[workloads.a]\nargv = ["true"]\nwarmup = -1\n')
+    with pytest.raises(UsageError, match="warmup must be a whole number"):
+        load_suite_workloads(bad)
 
 
 @pytest.mark.parametrize(

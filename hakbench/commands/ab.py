@@ -69,10 +69,9 @@ def _print_table(header, rows) -> None:
 )
 @click.option(
     "--warmup",
-    default=ab_spec.DEFAULT_WARMUP_PAIRS,
-    show_default=True,
     type=click.IntRange(0, 1000),
-    help="discarded warm-up pairs",
+    help=f"discarded warm-up pairs [default: {ab_spec.DEFAULT_WARMUP_PAIRS}, or what the "
+    "workloads state when all do (profiles/suites/)]",
 )
 @click.option(
     "--threshold",
@@ -243,7 +242,7 @@ def _spec(o: dict) -> ab_spec.ABSpec:
         pairs=o["runs"],
         max_time_s=ab_plan.default_max_time(o["workloads"]) if max_time is None else max_time,
         iters=o["iters"],
-        warmup_pairs=o["warmup"],
+        warmup_pairs=ab_plan.default_warmup(o["workloads"]) if o["warmup"] is None else o["warmup"],
         threshold_pct=o["threshold"],
         seed=o["seed"],
         metric=metric,

@@ -16,6 +16,8 @@ A command workload is a table with ``kind = "command"``::
     check = { output = "stdout", substitute = [["[0-9.]+ ms", "N ms"]] }
     guardrails = ["maxrss_kb", "page_faults"]   # optional: judged beside the primary
     budget = 60                              # optional: seconds of A/B pairs it needs
+    warmup = 1                               # optional: discarded warm-up pairs it needs
+    wait_for = ["maxrss_kb"]                 # optional: guardrails a sequential stop waits for
 
 ``measure``: ``"wall"`` judges the process's wall time (metric ``wall_s``), ``"cpu"`` its
 user + system time with every reaped child (``cpu_s``), and ``{ regex = "...", kind =
@@ -26,7 +28,12 @@ what the same workload printed under glibc; no ``check`` means no output check.
 ``guardrails``: the metrics an A/B judges beside the primary one (default: every metric of
 hakbench.core.metrics.GUARDRAILS the run has). ``budget``: the seconds of interleaved pairs
 the workload needs to reach a verdict here; ``ab``'s default ``--max-time`` is the sum over
-the workloads asked for (at least its usual default).
+the workloads asked for (at least its usual default). ``warmup``: the discarded pairs it
+needs first (a fresh process per run has little to warm: a public suite's programs state 1);
+``ab``'s default ``--warmup`` is the largest stated when every workload of the call states one.
+``wait_for``: guardrails (of ``guardrails``) whose verdicts a sequential ``ab`` waits for
+before it stops the workload: its primary, once decided, is held at that verdict while the
+pairs go on until these are decisive too (or the budget ends).
 
 A server workload adds ``server`` (the measured process: preloaded, its rusage and RSS
 recorded), ``ready`` (a command run until it exits 0, with ``ready_expect`` in its stdout)
@@ -65,6 +72,8 @@ KEYS = {
     "stop",
     "guardrails",
     "budget",
+    "warmup",
+    "wait_for",
 }
 PLACEHOLDERS = ("{input}", "{dir}", "{port}")
 
@@ -87,6 +96,8 @@ class CommandSpec:
     stop: tuple[str, ...] | None = None
     guardrails: tuple[str, ...] | None = None  # None: hakbench.core.metrics.GUARDRAILS
     budget: float | None = None  # seconds of A/B pairs this workload needs
+    warmup: int | None = None  # discarded warm-up pairs this workload needs
+    wait_for: tuple[str, ...] = ()  # guardrails a sequential stop waits for
 
     def parse_metric(self, output: str) -> float | None:
         """The number the measure regex captures in the program's output (its first match;
@@ -198,6 +209,14 @@ def parse_command(table: dict, where: str) -> CommandSpec:
     budget = table.get("budget")
     if budget is not None and (not isinstance(budget, int | float) or budget <= 0):
         raise UsageError(f"{where}: budget must be a positive number of seconds")
+    warmup = table.get("warmup")
+    if warmup is not None and (
+        isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0
+    ):
+        raise UsageError(f"{where}: warmup must be a whole number of pairs (0 or more)")
+    wait_for = table.get("wait_for", [])
+    if not isinstance(wait_for, list) or not all(g in (guardrails or ()) for g in wait_for):
+        raise UsageError(f"{where}: wait_for must be a list of the workload's guardrails")
     server = table.get("server")
     server_keys = [k for k in ("server", "ready", "stop") if k in table]
     if server_keys and len(server_keys) != 3:
@@ -221,6 +240,8 @@ def parse_command(table: dict, where: str) -> CommandSpec:
         stop=_argv(table["stop"], "stop", where) if server else None,
         guardrails=tuple(guardrails) if guardrails is not None else None,
         budget=float(budget) if budget is not None else None,
+        warmup=warmup,
+        wait_for=tuple(wait_for),
     )
     texts = [*spec.argv, spec.stdin or "", spec.cwd, *(spec.server or ())]
     if any("{input}" in t for t in texts) and spec.input is None:

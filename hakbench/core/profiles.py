@@ -226,13 +226,18 @@ def _with_procs(value, procs: int):
     return value
 
 
+SUITE_DEFAULTS = ("warmup", "wait_for", "guardrails")
+
+
 def load_suite_workloads(path: Path, procs: int | None = None) -> dict[str, Workload]:
-    """A suite file: ``[suite]`` (``name``, ``description``, ``repo``, ``commit``) and one
+    """A suite file: ``[suite]`` (``name``, ``description``, ``repo``, ``commit``, and
+    ``SUITE_DEFAULTS``: keys every workload that states none takes) and one
     ``[workloads.NAME]`` command workload per program. Their argv may use ``{suite}`` (the
     checkout) and ``{suite_build}`` (the lab's build of it), bound when a cell is made
     (hakbench.engine.suite_build.bind_workload), and ``{procs}``, replaced here by the machine's
     CPU count (``threads = "{procs}"`` too). Every workload joins the group named after the
-    suite."""
+    suite (one workload per program), but one with ``alternative_to = "OTHER"`` (another run
+    length of the program OTHER stands for) joins ``<suite>-alternatives`` instead."""
     data = _load_toml(path)
     head = data.get("suite")
     if not isinstance(head, dict) or not isinstance(head.get("name"), str):
@@ -242,15 +247,28 @@ def load_suite_workloads(path: Path, procs: int | None = None) -> dict[str, Work
         raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)}; known: suite, workloads")
     suite = head["name"].lower()
     procs = procs or machine_procs()
+    tables = data.get("workloads", {})
     out = {}
-    for name, w in data.get("workloads", {}).items():
+    for name, w in tables.items():
         if not isinstance(w, dict) or w.get("kind", "command") != "command":
             raise UsageError(f"{path}: workload '{name}' must be a command workload table")
         table = {k: _with_procs(v, procs) for k, v in w.items()}
         table["kind"] = "command"
         if table.get("threads") == str(procs):
             table["threads"] = procs
-        table["groups"] = [suite, *[g for g in table.get("groups", []) if g != suite]]
+        for key in SUITE_DEFAULTS:
+            if key in head:
+                table.setdefault(key, head[key])
+        group = suite
+        other = table.pop("alternative_to", None)
+        if other is not None:
+            if other not in tables or "alternative_to" in tables[other]:
+                raise UsageError(
+                    f"{path}: workload '{name}': alternative_to must name a workload of the "
+                    f"suite's group, not '{other}'"
+                )
+            group = f"{suite}-alternatives"
+        table["groups"] = [group, *[g for g in table.get("groups", []) if g != group]]
         wl = parse_workload(name, table, str(path))
         out[wl.name] = dataclasses.replace(wl, suite=suite)
     return out

@@ -9,24 +9,29 @@ tenth of the work and at every failure, which keeps a long log readable.
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
 
 class Progress:
-    def __init__(self, total: int, label: str = "", stream=None):
+    def __init__(self, total: int, label: str = "", stream=None, eta: bool = True):
+        """``eta``: False where the total is only a guess (a sequential A/B, which stops when
+        its verdicts are decided or its budget is spent: its status says which)."""
         self.total = max(total, 1)
         self.ok = 0
         self.failed = 0
-        self.note = ""
+        self.note = ""  # the latest sample's (a failure's error), replaced at every step
+        self.status = ""  # what the work as a whole says (kept across steps)
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_decile = 0
+        self._last_line = time.monotonic()
         self.bar = click.progressbar(
             length=self.total,
             label=label,
             file=self.stream,
-            show_eta=True,
+            show_eta=eta,
             show_pos=True,
             item_show_func=self._counts,
         )
@@ -39,7 +44,7 @@ class Progress:
 
     def _counts(self, _item=None) -> str:
         fail = f", {self.failed} failed" if self.failed else ""
-        return f"{self.ok} ok{fail} {self.note}".rstrip()
+        return " ".join(x for x in (f"{self.ok} ok{fail}", self.status, self.note) if x)
 
     def line(self) -> str:
         """The bar as one line: label, bar, position, ETA, counts, note."""
@@ -58,6 +63,17 @@ class Progress:
         decile = int(10 * self.done / self.total)
         if decile != self._last_decile or not ok or self.done == 1:
             self._last_decile = decile
+            click.echo(self.line(), file=self.stream)
+
+    def refresh(self, every_s: float = 30.0) -> None:
+        """Show the status now (a terminal redraws the bar; a log gets the line, at most every
+        ``every_s`` seconds): for work whose total is a guess, where the tenths say little."""
+        if self.tty:
+            self.bar.render_progress()
+            return
+        now = time.monotonic()
+        if now - self._last_line >= every_s:
+            self._last_line = now
             click.echo(self.line(), file=self.stream)
 
     def phase(self, text: str) -> None:

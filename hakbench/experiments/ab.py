@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hakbench.core.cell import Cell
-from hakbench.core.metrics import METRICS
+from hakbench.core.metrics import GUARDRAILS, METRICS
 from hakbench.engine import engine, interrupts
 from hakbench.engine.launch import Launch
 from hakbench.engine.load import PROC_STAT, LoadMonitor, own_times, parse_system_stat
@@ -37,6 +37,7 @@ from hakbench.experiments import ab_plan
 from hakbench.experiments.ab_analysis import (
     allocator_warnings,
     engagement_of,
+    guardrails_of,
     judge_run,
     layout_summaries,
     perf_counter_table,
@@ -79,11 +80,12 @@ def run_ab(
     n_total = ab_plan.planned_samples(
         spec, cells, harness if observe else {}, len(slots) + len(perf_slots)
     )
-    progress = Progress(n_total, "ab") if show_progress else None
+    progress = Progress(n_total, "ab", eta=not spec.sequential) if show_progress else None
     session = engine.Session(
         store, stored=stored, on_sample=engine.progress_step(progress) if progress else None
     )
     run = _Run(spec, cells, session, continued, layouts)
+    run.progress = progress
     monitor = LoadMonitor().start()
     try:
         interrupted, pairs_seconds = _measure(run, slots, perf_slots, harness if observe else None)
@@ -151,7 +153,14 @@ def _measure(run: _Run, slots: list, perf_slots: list, harness: dict | None) -> 
         t_pairs = time.monotonic()
         if run.stopper is not None:
             run.stopper.t0 = time.monotonic()  # the budget counts from the first pair
-            _sequential_pairs(spec, cells, run.slot, run.stopper, primaries(cells, spec.metric))
+            _sequential_pairs(
+                spec,
+                cells,
+                run.slot,
+                run.stopper,
+                primaries(cells, spec.metric),
+                lambda: _budget_note(run),
+            )
         for slot in slots:
             run.slot(slot)
         pairs_seconds = time.monotonic() - t_pairs
@@ -224,6 +233,7 @@ class _Run:
         self, spec: ABSpec, cells: dict, session: engine.Session, continued: bool, layouts: dict
     ):
         self.spec, self.cells, self.session, self.continued = spec, cells, session, continued
+        self.progress = None  # the call's progress bar (run_ab sets it)
         self.layouts, self.draws = layouts, ab_plan.LayoutDraws(spec, layouts)
         first = next(iter(layouts.values()))
         self.k_a, self.k_b = len(first["A"]), len(first["B"])
@@ -242,6 +252,7 @@ class _Run:
                 clock=lambda: time.monotonic() + self.replayed["s"],
                 layouts=(self.k_a, self.k_b),
                 alpha=spec.alpha,
+                **_waits(cells),
             )
             if spec.sequential
             else None
@@ -301,7 +312,22 @@ class _Run:
         return s
 
 
-def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -> None:
+def _budget_note(run: _Run) -> None:
+    """The progress line of a sequential A/B: how many workloads still run and how much of
+    the budget is spent (its bar's total is only a guess, so it shows no ETA)."""
+    if run.progress is None or run.stopper is None:
+        return
+    s = run.stopper
+    run.progress.status = (
+        f"{len(s.running())} of {len(s.stops)} running, "
+        f"{s.elapsed() / 60:.1f} of {s.max_time_s / 60:.1f} min"
+    )
+    run.progress.refresh()
+
+
+def _sequential_pairs(
+    spec: ABSpec, cells: dict, run_slot, stopper, own: dict, after_round=None
+) -> None:
     """Rounds of interleaved pairs (hakbench.engine.schedule, endless) until ``stopper`` has stopped
     every workload; after each measured round it looks at each running workload. The slots
     of a stopped workload are skipped. A side failing where the other did not (or otherwise)
@@ -324,11 +350,42 @@ def _sequential_pairs(spec: ABSpec, cells: dict, run_slot, stopper, own: dict) -
             ok = a["status"] == "ok" and b["status"] == "ok"
             r = st.paired_ratios([a["metrics"].get(m, 0)], [b["metrics"].get(m, 0)]) if ok else []
             layouts = (a.get("layout") or 0, b.get("layout") or 0)
-            stopper.add(w, math.log(r[0]) if len(r) else None, layouts=layouts)
+            stopper.add(
+                w, math.log(r[0]) if len(r) else None, layouts=layouts, guards=_guards(w, a, b)
+            )
             if not ok and st.failures(measured[w]["A"], measured[w]["B"]).verdict:
                 stopper.stop(w, "failed", st.FAILED)
-        if not stopper.end_round(load=_other_cpu()):
+        running = stopper.end_round(load=_other_cpu())
+        if after_round is not None:
+            after_round()
+        if not running:
             return
+
+
+def _waits(cells: dict) -> dict:
+    """The stopper's ``waits`` (the guardrails each command workload's stop waits for) and
+    ``guard_family`` (the guardrail comparisons the call will judge at its end)."""
+    stated = guardrails_of(cells)
+    waits = {
+        w: {m: METRICS[m].higher_is_better for m in a.workload.command.wait_for}
+        for w, (a, _) in cells.items()
+        if a.workload.command is not None and a.workload.command.wait_for
+    }
+    family = sum(len(stated.get(w, GUARDRAILS)) for w in cells)
+    return {"waits": waits, "guard_family": family} if waits else {}
+
+
+def _guards(w: str, a: dict, b: dict) -> dict:
+    """A pair's log ratios B/A of every guardrail metric both sides measured (the stopper
+    keeps those its workload waits for)."""
+    if a["status"] != "ok" or b["status"] != "ok":
+        return {}
+    out = {}
+    for m in GUARDRAILS:
+        x, y = a["metrics"].get(m), b["metrics"].get(m)
+        if x and y and x > 0 and y > 0:
+            out[m] = math.log(y / x)
+    return out
 
 
 def _other_cpu() -> tuple[float, float] | None:

@@ -278,11 +278,25 @@ def judge_run(
                     floor = _judge_with_layouts(c, samples, spec, layouts, k_primary)
                 if c.verdict == st.INCONCLUSIVE:
                     fixed_n_pairs_needed(c, spec.threshold_pct, floor)
+                _flag_drift(c, samples)
         if engaged[c.workload]["status"] == "not-engaged":
             c.verdict = st.NOT_ENGAGED
         if failures[c.workload].verdict:
             c.verdict = failures[c.workload].verdict  # survivors never decide
     return comparisons, roles, failures
+
+
+def _flag_drift(c: st.Comparison, samples: list[dict]) -> None:
+    """A fixed count's pairs checked after the fact for a gradual drift (the sequential
+    rule's check, ``drift.gradual_drift``, at its level): the count was fixed, so a drift
+    neither stops nor overrides it, but the verdict carries the flag (the note beside it),
+    where a sequential call would have stopped INCONCLUSIVE."""
+    from hakbench.stats import drift
+
+    ratios, _, _ = _pair_layouts(samples, c.workload, c.metric)
+    found = drift.gradual_drift([math.log(r) for r in ratios if r > 0])
+    if found is not None:
+        c.note = f"flag: {found.text} (a fixed count, judged as asked)"
 
 
 def _pair_layouts(samples: list[dict], workload: str, metric: str) -> tuple[list, list, list]:

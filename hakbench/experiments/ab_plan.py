@@ -24,6 +24,7 @@ from hakbench.experiments.ab_spec import (
     DEFAULT_BUILD_LAYOUTS,
     DEFAULT_MAX_TIME_S,
     DEFAULT_PAIRS,
+    DEFAULT_WARMUP_PAIRS,
     DEFAULT_WORKLOADS,
     PERF_MODES,
     TIMED_METRICS,
@@ -93,20 +94,33 @@ def build_cells_why(spec: ABSpec, builds: dict, wls: dict | None = None) -> dict
 
 
 def resolve_builds(spec: ABSpec, wls: dict | None = None) -> tuple[dict, dict]:
-    """Each side's ``--rev`` built (its programs only, for ``rev_build`` fast): (side -> build
-    directory, side -> commit)."""
+    """Each side's ``--rev`` built (only what the call runs, unless ``rev_build`` is full):
+    (side -> build directory, side -> commit)."""
     builds, shas = {}, {}
     for side, rev in (("B", spec.rev), ("A", spec.baseline_rev)):
         if rev:
-            from hakbench.engine.revs import build_at_rev, fast_targets
+            from hakbench.engine.revs import build_at_rev
 
-            targets = None
-            if spec.rev_build == "fast":
-                found = list((wls or workloads_of(spec)).values())
-                targets = fast_targets(tuple(sorted({w.program for w in found if not w.command})))
-            rb = build_at_rev(rev, targets=targets)
+            rb = build_at_rev(rev, targets=rev_targets(spec, wls))
             builds[side], shas[side] = Path(rb.build_dir), rb.sha
     return builds, shas
+
+
+def rev_targets(spec: ABSpec, wls: dict | None = None) -> tuple[str, ...] | None:
+    """What a revision's build must make for this call (None: ``make build``, all of it):
+    both sides' library variants, the stats variant when the call checks engagement in it,
+    the options tool and the harness programs of its workloads. A revision is built in
+    seconds, not the minute a whole build with its PGO training run takes."""
+    if spec.rev_build == "full":
+        return None
+    from hakbench.engine.revs import fast_targets
+
+    variants = {spec.variant, spec.baseline_variant or spec.variant}
+    if spec.observe and spec.rev_build != "fast":
+        variants.add("stats")
+    found = list((wls or workloads_of(spec)).values())
+    programs = tuple(sorted({w.program for w in found if not w.command}))
+    return fast_targets(programs, tuple(variants))
 
 
 def check_spec(spec: ABSpec, builds: dict | None = None) -> dict:
@@ -405,10 +419,22 @@ def layout_note(spec: ABSpec, cells: dict) -> str:
     return ""
 
 
+def _commands(workloads) -> list:
+    """The command spec of every workload ``workloads`` names (None for a harness one)."""
+    return [resolve_workload(w).command for w in expand_workloads(workloads or DEFAULT_WORKLOADS)]
+
+
 def default_max_time(workloads) -> float:
     """ab's budget when --max-time is not given: the sum of the workloads' own ``budget``
     (a public suite's programs state theirs), at least DEFAULT_MAX_TIME_S."""
-    names = expand_workloads(workloads or DEFAULT_WORKLOADS)
-    own = [resolve_workload(w).command for w in names]
-    total = sum(c.budget for c in own if c is not None and c.budget)
+    total = sum(c.budget for c in _commands(workloads) if c is not None and c.budget)
     return max(DEFAULT_MAX_TIME_S, total)
+
+
+def default_warmup(workloads) -> int:
+    """ab's warm-up pairs when --warmup is not given: the most any workload of the call
+    states (``warmup``, a public suite's programs: 1) when every one states it, else
+    DEFAULT_WARMUP_PAIRS."""
+    own = _commands(workloads)
+    stated = [c.warmup for c in own if c is not None and c.warmup is not None]
+    return max(stated) if stated and len(stated) == len(own) else DEFAULT_WARMUP_PAIRS

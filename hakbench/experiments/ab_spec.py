@@ -118,9 +118,10 @@ class ABSpec:
     # the call's error rate: Holm's level, NEUTRAL's Bonferroni total (bisect splits its own
     # over its steps)
     alpha: float = st.ALPHA
-    # what a revision's build makes: "full" (make build) or "fast" (the fast library, the
-    # options tool and the workloads' harness programs: what bisect's steps need)
-    rev_build: str = "full"
+    # what a revision's build makes: "needed" (both sides' library variants, the stats one
+    # for the engagement check, the options tool and the workloads' harness programs), "fast"
+    # (the same without the stats library: what bisect's steps need) or "full" (make build)
+    rev_build: str = "needed"
 
     @property
     def sequential(self) -> bool:

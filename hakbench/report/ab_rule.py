@@ -13,6 +13,8 @@ from hakbench.stats.stopper import RULE as SEQ_RULE
 METRIC_WORDS = {
     "cpu_throughput": "ops per CPU second of the timed loop",
     "throughput": "wall clock of the timed loop",
+    "active_throughput": "ops per active second of the timed loop, the median thread's rate "
+    "with 8 threads or more",
     "task_clock_ms": "perf's CPU time of the process",
 }
 

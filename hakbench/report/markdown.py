@@ -303,11 +303,25 @@ def _ab_design(spec) -> str:
     )
 
 
+def _judged_metrics(result) -> str:
+    """The metrics the verdicts were judged on (a public suite's programs and threaded
+    workloads are judged on their own, not on the call's --metric)."""
+    roles = result.roles or {}
+    judged = sorted(
+        {
+            c.metric
+            for c in result.comparisons
+            if roles.get((c.workload, c.metric), roles.get(c.metric)) == "primary"
+        }
+    )
+    return ", ".join(judged) if judged else result.spec.metric
+
+
 def _ab_provenance_lines(result) -> list[str]:
     """Where the results are, how they were measured, which code and which calls."""
     spec = result.spec
     lines = [
-        f"Results: `{result.out}` · metric: {spec.metric} · variant: {spec.variant} · "
+        f"Results: `{result.out}` · metric: {_judged_metrics(result)} · variant: {spec.variant} · "
         f"{_ab_design(spec)} · threshold {spec.threshold_pct:g} %",
         "",
     ]

@@ -50,6 +50,10 @@ RULE = (
     "INCONCLUSIVE, reason load spike (the change depends on the load), and likewise, while "
     "undecided, when their spread is 3 times the rest's; a spike that moved neither is noted "
     "beside the verdict. "
+    "A workload whose definition names guardrails to wait for (a public suite's peak RSS) "
+    "is held at its decided verdict while its pairs go on until those are decisive too, "
+    "each judged as at the end (its own sequence, one-sided bounds at {alpha} / k and the "
+    "anytime p times k, k the call's guardrail comparisons). "
     "When the budget ({max_time:g} s for the call, or {max_pairs} pairs) runs out first: "
     "INCONCLUSIVE, with the pairs that would likely decide. Direction: {direction}. "
     "Guardrails (RSS, page faults) are judged once, at the stop, on confidence sequences of "
@@ -67,8 +71,8 @@ LAYOUT_RULE = (
     "as wide as what is left to decide: more layouts, not more pairs, could decide it. The "
     "random-effects interval is a fixed-n t-interval, not anytime-valid like the sequence: a "
     "sequential look takes it at {share} of its one-sided level, a share calibrated by "
-    "simulating whole sequential calls (A/A between codes of 4 layouts a side, layout "
-    "effects of 0.7 %: GO/NO-GO in at most 5 % of calls; tests/test_layouts_stats.py, "
+    "simulating whole sequential calls (A/A between codes of 4 and of 16 layouts a side, "
+    "layout effects of 0.7 %: GO/NO-GO in at most 5 % of calls; tests/test_layouts_stats.py, "
     'docs/measuring.md "Code layout").'
 )
 
@@ -95,6 +99,11 @@ class Stop:
     rounds: list = field(default_factory=list)  # the round of each logged pair
     checked: int = 0  # the pairs at the last drift / load-spike check (hakbench.stats.drift)
     note: str = ""  # what a drift or load-spike check found (a stop's reason, or a flag)
+    # guardrails whose verdict the stop waits for (metric -> higher is better), their log
+    # ratios, and whether the primary is decided and held while they are not yet
+    waits: dict = field(default_factory=dict)
+    guards: dict = field(default_factory=dict)
+    held: bool = False
 
     @property
     def look(self) -> Look | None:
@@ -120,7 +129,13 @@ class Stopper:
         alpha: float = ALPHA,
         clock: Callable[[], float] = time.monotonic,
         layouts: tuple[int, int] = (1, 1),
+        waits: dict | None = None,
+        guard_family: int = 0,
     ):
+        """``waits``: workload -> {guardrail metric: higher is better} whose verdicts its
+        stop waits for (a public suite's programs wait for peak RSS); ``guard_family``: the
+        guardrail comparisons the call judges in all (the correction they are judged under
+        at the end, ``sequential.judge_anytime``)."""
         self.delta = math.log1p(threshold_pct / 100)
         self.alpha, self.max_time_s, self.max_pairs, self.clock = (
             alpha,
@@ -136,6 +151,10 @@ class Stopper:
             w: Stop(h, Sequence_(alpha, one_sided=self.one_sided))
             for w, h in higher_is_better.items()
         }
+        for w, wanted in (waits or {}).items():
+            self.stops[w].waits = dict(wanted)
+            self.stops[w].guards = {m: [] for m in wanted}
+        self.guard_family = max(guard_family, sum(len(s.waits) for s in self.stops.values()), 1)
         self.t0 = clock()
         self.k_a, self.k_b = layouts  # code layouts a side (hakbench.stats.layouts)
         # per round: (wall s, other processes' CPU s), cumulative (end_round's ``load``)
@@ -157,14 +176,19 @@ class Stopper:
         log_ratio: float | None,
         seconds: float = 0.0,
         layouts: tuple[int, int] = (0, 0),
+        guards: dict | None = None,
     ) -> None:
         """One pair of ``workload``: its log ratio B/A, or None for a pair with a failed side;
-        ``layouts``: the pair's layout of A and of B."""
+        ``layouts``: the pair's layout of A and of B; ``guards``: the log ratios of the
+        guardrails its stop waits for."""
         s = self.stops[workload]
         s.seconds += seconds
+        for m, x in (guards or {}).items():
+            if m in s.guards and x is not None:
+                s.guards[m].append(x)
         if log_ratio is None:
             s.failed += 1
-        else:
+        elif not s.held:  # once decided (held), its pairs serve its guardrails only
             s.logs.append(log_ratio)
             s.rounds.append(len(self.readings))
             s.layout_a.append(layouts[0])
@@ -219,6 +243,7 @@ class Stopper:
         for s in self.stops.values():
             if (
                 s.reason is None
+                and not s.held
                 and s.logs
                 and (s.state.last is None or s.state.last.n < len(s.logs))
             ):
@@ -227,6 +252,10 @@ class Stopper:
         for w, p in zip(looked, holm([self.stops[w].look.p_anytime for w in looked]), strict=True):
             s = self.stops[w]
             if s.reason is not None:
+                continue
+            if s.held:
+                if self._guards_decided(s):
+                    s.reason = "decided"
                 continue
             s.p_holm = p
             s.verdict = verdict(
@@ -239,6 +268,8 @@ class Stopper:
             found = self._check(s)
             if found is not None and found.stops and (found.overrides or s.verdict not in DECISIVE):
                 s.verdict, s.reason = INCONCLUSIVE, found.reason
+            elif s.verdict in DECISIVE and not self._guards_decided(s):
+                s.held = True  # decided, held at this look while its guardrails are not
             elif s.verdict in DECISIVE:
                 s.reason = "decided"
             elif s.look.drift:  # no single change fits the looks: more will not decide
@@ -263,6 +294,23 @@ class Stopper:
             if self.stops[w].more_layouts and self._layouts_known(self.stops[w]):
                 self.stop(w, "layout-limited")
         return self.running()
+
+    def _guards_decided(self, s: Stop) -> bool:
+        """Whether every guardrail ``s`` waits for is decisive as the end of the call will
+        judge it: its own confidence sequence, the one-sided bounds at alpha / k and the
+        anytime p times k (Bonferroni, which the end's Holm adjustment never exceeds), k the
+        guardrail comparisons of the call."""
+        k = self.guard_family
+        for m, higher in s.waits.items():
+            logs = s.guards[m]
+            if not logs:
+                return False
+            look = Sequence_(self.alpha, one_sided=self.alpha / k).look(logs)
+            p = min(1.0, look.p_anytime * k)
+            v = verdict(look, self.delta, higher_is_better=higher, p_adjusted=p, alpha=self.alpha)
+            if v not in DECISIVE:
+                return False
+        return True
 
     def _layouts_known(self, s: Stop) -> bool:
         """Whether every layout of a side with several has LAYOUT_LIMITED_PAIRS pairs: a
