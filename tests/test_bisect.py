@@ -153,8 +153,6 @@ class FakeSearch:
         self.spec = bisect.BisectSpec(good="g", bad="b", workload="mixed", metric="auto")
         self.commits = [f"c{i:02d}" for i in range(16)]
         self.result = bisect.BisectResult(self.spec, Path("."), self.commits, {})
-        self.result.max_steps = bisect.max_steps(16)
-        self.result.alpha_step = self.spec.alpha / self.result.max_steps
         self.unbuildable, self.undecided = set(unbuildable), set(undecided)
         self.judged = []
 
@@ -175,17 +173,17 @@ class FakeSearch:
         self.step("count", sha, None, "counted", "", f"{ir} Ir/op")
         return ir
 
-    def ab(self, kind, a, b, threshold):
+    def ab(self, kind, a, b, threshold, alpha):
         from types import SimpleNamespace
 
         self.judged.append(b)
-        if b in self.unbuildable:
-            self.step(kind, b, a, "build failed", bisect.SKIPPED, "make failed")
+        if b in self.unbuildable:  # no verdict: spends no alpha
+            self.step(kind, b, a, "build failed", bisect.SKIPPED, "make failed", f"steps/{b}")
             return None
         worse = self.index(b) >= self.CULPRIT > self.index(a)
         verdict = "INCONCLUSIVE" if b in self.undecided else "NO-GO" if worse else "NEUTRAL"
         c = SimpleNamespace(verdict=verdict, ratio=0.97 if worse else 1.0)
-        return self.step(kind, b, a, verdict, "", "fake"), c
+        return self.step(kind, b, a, verdict, "", "fake", f"steps/{b}", alpha), c
 
 
 def test_counts_find_the_culprit_in_log_steps_and_skip_what_does_not_build():
@@ -244,3 +242,137 @@ def test_a_stop_writes_the_report_of_the_steps_that_finished(tmp_path, monkeypat
     r = CliRunner().invoke(main, ["bisect", "--resume", str(out)])
     assert json.loads((out / "meta.json").read_text())["finished"] is True
     assert r.exit_code == 3 and "no commit found" in r.output  # (nothing was searched)
+
+
+def test_the_step_alpha_never_sums_past_the_call_alpha():
+    from fractions import Fraction
+
+    for alpha in (0.05, 0.01, 0.1, 0.003):
+        for m in range(2, 40):
+            a = bisect.step_alpha(alpha, m)
+            assert Fraction(a) * m <= Fraction(alpha) and a > alpha / m * (1 - 1e-12)
+
+
+def assert_within_budget(result):
+    """Bonferroni as promised: the steps' alphas sum to at most the call's alpha, every A/B
+    step that reached a verdict spent alpha_step, and no more of them ran than m."""
+    from fractions import Fraction
+
+    alpha, a = result.spec.alpha, result.alpha_step
+    timed = [s for s in result.steps if s.verdict != "build failed"]
+    assert all(s.alpha == a for s in timed)
+    assert len(timed) == result.ab_steps <= result.max_steps
+    assert sum(Fraction(s.alpha) for s in result.steps) <= Fraction(alpha)  # exactly
+    assert result.alpha_spent <= alpha
+
+
+def test_undecided_steps_stop_once_the_alpha_budget_is_spent():
+    """Every probe INCONCLUSIVE: the old guard (4 m steps) let all 15 probes run at
+    alpha / m, twice the call's alpha; the budget stops after m - 2 probes, keeps the
+    verification's share and says so."""
+    search = FakeSearch(undecided={f"c{i:02d}" for i in range(15)})
+    bisect._by_pairs(search, "g", search.commits)
+    result, m = search.result, search.result.max_steps
+    assert_within_budget(result)
+    assert result.stop == bisect.STOP_BUDGET and result.found is None
+    assert [s.kind for s in result.steps] == ["confirm"] + ["probe"] * (m - 2)
+    assert result.affords(1)  # the verification's share is left unspent
+    assert result.candidates == search.commits  # nothing was told apart
+    assert "error budget ran out" in result.message
+    from hakbench.report.bisect_md import bisect_lines
+
+    result.how = "timed"  # (what _search sets before _by_pairs)
+    report = "\n".join(bisect_lines(result))
+    assert f"Stopped: {bisect.STOP_BUDGET}." in report
+    assert f"**Alpha spent: {result.alpha_spent:.4g} of 0.05** in {m - 1} A/B steps" in report
+    assert "**The first bad commit is one of:**" in report and "`c15`" in report
+    assert report.count(f"| {result.alpha_step:.4g} |") == m - 1  # each step's alpha
+
+
+def test_the_verification_against_the_parent_keeps_its_reserved_alpha():
+    # converges with the last probe that fits: the verification still runs, at alpha / m
+    search = FakeSearch(undecided={"c06", "c07", "c11"})
+    bisect._by_pairs(search, "g", search.commits)
+    result, m = search.result, search.result.max_steps
+    assert result.found == "c09" and result.confirmed and result.stop == bisect.STOP_FOUND
+    assert [s.kind for s in result.steps].count("probe") == m - 2
+    assert result.steps[-1].kind == "verify" and result.steps[-1].alpha == result.alpha_step
+    assert_within_budget(result)
+    assert not result.affords(1)  # the whole budget spent, none of it twice
+    # one probe more would be needed: it would take the verification's share, so it does
+    # not run (the old code ran it and the verification, m + 1 steps at alpha / m)
+    search = FakeSearch(undecided={"c06", "c07", "c10", "c11"})
+    bisect._by_pairs(search, "g", search.commits)
+    result = search.result
+    assert result.stop == bisect.STOP_BUDGET and result.found is None
+    assert "verify" not in [s.kind for s in result.steps] and result.affords(1)
+    assert_within_budget(result)
+    assert result.candidates == ["c09", "c10", "c11", "c12"]  # after c08, up to c12
+    # a step without a verdict (a side does not build) spends nothing
+    search = FakeSearch(unbuildable={"c07"}, undecided={"c11"})
+    bisect._by_pairs(search, "g", search.commits)
+    assert search.result.found == "c09" and search.result.confirmed
+    assert_within_budget(search.result)
+    failed = [s for s in search.result.steps if s.verdict == "build failed"]
+    assert failed and all(s.alpha == 0 for s in failed)
+
+
+def test_resume_goes_on_with_the_budget_left_not_a_fresh_one(tmp_path, monkeypatch):
+    """run_bisect with a fake ``run_ab`` (no builds, no pairs): every probe INCONCLUSIVE,
+    stopped during its 3rd A/B step; --resume replays the stored steps, which spend their
+    alphas again, and runs only the A/B steps the budget has left."""
+    from types import SimpleNamespace
+
+    from hakbench.experiments import ab
+
+    calls, stop_at = [], [3]
+
+    def fake_run_ab(ab_spec, where, *, show_progress, resume):
+        calls.append((where.name, resume, ab_spec.alpha))
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "meta.json").write_text(json.dumps({"kind": "ab", "alpha": ab_spec.alpha}))
+        c = SimpleNamespace(
+            verdict="NO-GO" if "confirm" in where.name else "INCONCLUSIVE",
+            ratio=0.97,
+            decide_low=0.96,
+            decide_high=0.98,
+            ci_low=0.96,
+            ci_high=0.98,
+            n_pairs=32,
+            stop="fake",
+        )
+        stopped = not resume and len(calls) == stop_at[0]
+        return SimpleNamespace(interrupted=stopped, spec=ab_spec, primary=lambda: [c])
+
+    monkeypatch.setattr(ab, "run_ab", fake_run_ab)
+    # the tree may change while this runs (another checkout's edits): not what is tested
+    monkeypatch.setattr(bisect.engine, "identity_of", lambda *a, **k: {"tree": "fixed"})
+    good, bad = git(ROOT, "rev-parse", "HEAD~16"), git(ROOT, "rev-parse", "HEAD")
+    spec = bisect.BisectSpec(good=good, bad=bad, workload="mixed", metric="cpu_throughput")
+    out = tmp_path / "b"
+    first = bisect.run_bisect(spec, out)
+    m, a = first.max_steps, first.alpha_step
+    assert first.interrupted and first.ab_steps == 2 and len(calls) == 3
+    stored = json.loads((out / "meta.json").read_text())
+    assert (
+        stored["alpha"]["spent"] == pytest.approx(2 * a)
+        and stored["stop"] == bisect.STOP_INTERRUPTED
+    )
+    calls.clear()
+    stop_at[0] = 0
+    second = bisect.run_bisect(spec, out, resume=True)
+    assert [c[1] for c in calls[:3]] == [True] * 3  # the stored steps, replayed
+    assert len(calls) == m - 1  # in all: the confirmation and m - 2 probes
+    assert [s["alpha"] for s in stored["steps"]] == [s.alpha for s in second.steps[:2]]
+    assert second.stop == bisect.STOP_BUDGET and not second.interrupted
+    assert_within_budget(second)
+    assert second.ab_steps == m - 1 and second.affords(1)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["alpha"] == {
+        "total": 0.05,
+        "per_step": a,
+        "max_steps": m,
+        "spent": pytest.approx((m - 1) * a),
+    }
+    assert len(meta["candidates"]) == 16
+    assert "Alpha spent" in (out / "report.md").read_text()

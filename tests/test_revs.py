@@ -128,3 +128,55 @@ def test_ab_against_head_records_both_sides(tmp_path):
     assert cells["A"] != cells["B"]  # same profile, different build: A ran from build/rev-<sha>
     row = (out / "summary.csv").read_text().splitlines()[1]
     assert row.startswith("mixed_short,ir_per_op,instructions,primary,")
+
+
+def test_a_revision_is_built_for_what_the_call_runs():
+    # both sides' variants, the stats one for the engagement check, the options tool and the
+    # harness programs: not make build, whose PGO training run alone takes most of a minute
+    from hakbench.experiments.ab_plan import rev_targets
+    from hakbench.experiments.ab_spec import ABSpec
+
+    spec = ABSpec(variant="pgo", baseline_variant="fast", workloads=("mixed", "xthread"))
+    assert rev_targets(spec) == (
+        "fast/libhakmem.so",
+        "pgo/libhakmem.so",
+        "stats/libhakmem.so",
+        "bin/hakmem-options",
+        "bench/bench_random_mixed",
+        "bench/bench_xthread",
+    )
+    # bisect's steps observe nothing; rev_build full is make build
+    assert "stats/libhakmem.so" not in rev_targets(ABSpec(rev_build="fast", observe=False))
+    assert rev_targets(ABSpec(rev_build="full")) is None
+
+
+def test_a_revision_side_runs_the_profiles_of_its_revision(tmp_path):
+    """A commit that changes a profile's setting: the side built at the commit before it runs
+    the old setting, the working tree's side the new one (else the A/B compares nothing)."""
+    from hakbench.engine.cells import make_cell
+    from hakbench.engine.revs import rev_profiles_dir
+
+    repo = tmp_path / "repo"
+    (repo / "profiles").mkdir(parents=True)
+    old = '[env]\nHAKMEM_SMALL_HEAP_V3_CLASSES = "0x1f7f"\n'
+    (repo / "profiles" / "c7_safe.toml").write_text('name = "C7_SAFE"\n' + old)
+    run = dict(cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    subprocess.run(["git", "add", "."], **run)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"], **run
+    )
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], text=True, **run).stdout.strip()
+    new = (repo / "profiles" / "c7_safe.toml").read_text().replace("0x1f7f", "0xff7f")
+    (repo / "profiles" / "c7_safe.toml").write_text(new)  # the working tree moved on
+
+    build = repo / "build" / f"rev-{sha}"
+    profiles = rev_profiles_dir(build)
+    assert profiles == build / "profiles"
+    assert (profiles / "c7_safe.toml").read_text() == 'name = "C7_SAFE"\n' + old
+    assert rev_profiles_dir(build) == profiles  # written once, then read from there
+    assert rev_profiles_dir(repo / "build") is None  # no revision's build
+    cell = make_cell("hakmem", "mixed", profile="C7_SAFE", build=build, validate=False)
+    assert cell.env["HAKMEM_SMALL_HEAP_V3_CLASSES"] == "0x1f7f"
+    with pytest.raises(UsageError, match="unknown profile 'BALANCED'"):
+        make_cell("hakmem", "mixed", profile="BALANCED", build=build, validate=False)

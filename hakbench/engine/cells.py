@@ -13,8 +13,15 @@ from hakbench.core import paths
 from hakbench.core.allocators import resolve_allocator
 from hakbench.core.cell import Cell
 from hakbench.core.errors import UsageError
-from hakbench.core.profiles import Workload, resolve_profile, resolve_workload, validate_env
+from hakbench.core.profiles import (
+    Workload,
+    load_profiles,
+    resolve_profile,
+    resolve_workload,
+    validate_env,
+)
 from hakbench.engine.probes import load_options
+from hakbench.engine.revs import rev_profiles_dir
 from hakbench.engine.suite_build import bind_workload
 
 
@@ -35,7 +42,10 @@ def make_cell(
     profile_env: dict = {}
     profile_name = None
     if profile:
-        resolved = resolve_profile(profile)  # resolved for references too: names are checked
+        # A side built at a revision runs that revision's profile (revs.rev_profiles_dir).
+        rev_profiles = rev_profiles_dir(build) if build else None
+        known = load_profiles(rev_profiles) if rev_profiles else None
+        resolved = resolve_profile(profile, known)  # for references too: names are checked
         if alloc.name == "hakmem":
             profile_name = resolved.name
             profile_env = dict(resolved.env)

@@ -66,11 +66,51 @@ def partial_stamp(targets: tuple[str, ...]) -> str:
     return f"{STAMP}-{digest}"
 
 
-def fast_targets(programs: tuple[str, ...]) -> tuple[str, ...]:
-    """What an A/B or an instruction count of the fast variant needs of a build: the fast
-    library (its objects come with it, for code layouts), the options table's tool, and the
-    harness ``programs``. A fraction of ``make build`` (no stats, debug or PGO builds)."""
-    return ("fast/libhakmem.so", "bin/hakmem-options", *(f"bench/{p}" for p in programs))
+def fast_targets(
+    programs: tuple[str, ...], variants: tuple[str, ...] = ("fast",)
+) -> tuple[str, ...]:
+    """What an A/B or an instruction count needs of a build: the ``variants``' libraries
+    (their objects come with them, for code layouts), the options table's tool, and the
+    harness ``programs``. A fraction of ``make build`` (no PGO training run unless ``pgo`` is
+    asked for, no sanitizer build)."""
+    libs = tuple(f"{v}/libhakmem.so" for v in sorted(set(variants)))
+    return (*libs, "bin/hakmem-options", *(f"bench/{p}" for p in programs))
+
+
+def rev_profiles_dir(build_dir: Path) -> Path | None:
+    """The ``profiles/`` of the revision that ``build_dir`` (``<repo>/build/rev-<sha>``) was
+    built from, written beside the build the first time it is asked for; None for a build
+    that is no revision's, or a revision without profiles.
+
+    A profile is part of the allocator's configuration: a commit that changes a default in
+    ``options.h`` and the profile that sets it changes both, and an A/B of that commit must
+    run each side with its own (with the working tree's profile on both sides, the change
+    measures nothing)."""
+    name = build_dir.name
+    sha = name.removeprefix("rev-")
+    if name == sha or len(sha) != 40:
+        return None
+    out = build_dir / "profiles"
+    if out.is_dir():
+        return out
+    root = build_dir.parent.parent
+    listed = _git(["ls-tree", "--name-only", sha, "profiles/"], root)
+    names = [n for n in listed.stdout.split() if n.endswith(".toml")]
+    if listed.returncode != 0 or not names:
+        return None
+    build_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".profiles-", dir=build_dir))
+    for path in names:
+        shown = _git(["show", f"{sha}:{path}"], root)
+        if shown.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise MeasurementError(f"git show {sha[:12]}:{path} failed: {shown.stderr.strip()}")
+        (staging / Path(path).name).write_text(shown.stdout)
+    try:
+        staging.rename(out)  # whole or not at all; a concurrent caller's copy may win
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
 
 
 def build_at_rev(

@@ -12,19 +12,21 @@ the workload's harness program: ``engine.revs.fast_targets``; cached by commit i
   (``(Ir - Ir_good) / (Ir_bad - Ir_good) >= 1/2``). A count is exact: no error rate.
 - **Paired sequential A/Bs** otherwise (``ab`` between two revisions, with its code layouts:
   a commit that only moved code is not blamed): the range is confirmed first (good against
-  bad, NO-GO at the threshold), each probe is the probed commit against the good revision
-  at half the confirmed regression (NO-GO: bad; NEUTRAL: good; anything else: undecided,
-  skipped like a commit that does not build), and the commit found is confirmed against its
-  parent at the end. The error rate over all steps is held at the call's alpha by Bonferroni:
-  each step at alpha / m, m = ceil(log2 n) + 2 + SPARE_STEPS for a range of n commits
-  (the confirmations, the binary search, a few skips); a search that would need more steps
-  stops with the commits it could not tell apart.
+  bad, NO-GO at the threshold), each probe is the commit against the good revision at half
+  the confirmed regression (NO-GO: bad; NEUTRAL: good; else undecided, skipped like a commit
+  that does not build), and the commit found is confirmed against its parent. The error
+  rate over all steps is held at alpha by Bonferroni, as a budget: each A/B step runs at and
+  spends alpha / m (m = ceil(log2 n) + 2 + SPARE_STEPS for n commits), INCONCLUSIVE too
+  (counts, and A/Bs a side did not build for, spend nothing); alpha / m stays reserved for
+  the confirmation against the parent, so a probe runs only while it and that share fit.
+  Out of budget, the search stops (STOP_BUDGET) with the candidates left.
 
 Commits that do not build are skipped and reported. The call is one engine run directory:
 the counts are samples (``samples.jsonl``), every A/B step a run directory of its own under
 ``steps/``; ``--resume DIR`` replays the search from them (a finished step is judged again
-from its stored pairs, an interrupted one finished) and runs only what is missing. A stop
-(SIGINT, SIGTERM, SIGHUP) writes the report of the steps that finished.
+from its stored pairs, an interrupted one finished; they spend their alphas again, so the
+budget goes on from what they left) and runs only what is missing. A stop (SIGINT, SIGTERM,
+SIGHUP) writes the report of the steps that finished.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from hakbench.core import paths
@@ -47,6 +50,9 @@ from hakbench.stats.stats import ALPHA, NEUTRAL, NO_GO
 METRICS = ("auto", "instructions", "cpu_throughput", "throughput")
 SPARE_STEPS = 2  # steps the error budget allows beyond the search itself (skips, undecided)
 BAD, GOOD, SKIPPED, UNDECIDED = "bad", "good", "skipped", "undecided"
+# why a search ended (BisectResult.stop); STOP_GUARD: 4 m counts (which spend no alpha)
+STOP_FOUND, STOP_SKIPPED, STOP_BUDGET = "found", "skipped", "alpha budget spent"
+STOP_GUARD, STOP_NO_RANGE, STOP_INTERRUPTED = "step limit", "range not confirmed", "interrupted"
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Step:
     classified: str  # bad | good | skipped | undecided | ""
     detail: str
     out: str | None = None  # the A/B's run directory
+    alpha: float = 0.0  # the error rate it spent: its A/B's alpha (0: a count, no verdict)
 
 
 @dataclass
@@ -88,9 +95,28 @@ class BisectResult:
     candidates: list = field(default_factory=list)  # when skips left several
     confirmed: bool = False
     message: str = ""
-    alpha_step: float = math.nan
-    max_steps: int = 0
+    alpha_step: float = math.nan  # each A/B step's alpha: spec.alpha / max_steps
+    max_steps: int = 0  # the A/B steps the call's alpha is split over
+    stop: str = ""  # why the search ended: one of the STOP_* values
     interrupted: bool = False
+
+    def __post_init__(self):
+        if not self.max_steps:
+            self.max_steps = max_steps(len(self.commits))
+            self.alpha_step = step_alpha(self.spec.alpha, self.max_steps)
+
+    @property
+    def alpha_spent(self) -> float:  # the sum of the steps' alphas: at most spec.alpha
+        return math.fsum(s.alpha for s in self.steps)
+
+    @property
+    def ab_steps(self) -> int:  # the A/B steps that spent alpha
+        return sum(1 for s in self.steps if s.alpha > 0)
+
+    def affords(self, k: int) -> bool:
+        """Whether ``k`` more A/B steps at alpha_step fit in the budget (exact arithmetic)."""
+        spent = sum((Fraction(s.alpha) for s in self.steps), Fraction(0))
+        return spent + k * Fraction(self.alpha_step) <= Fraction(self.spec.alpha)
 
     @property
     def probes(self) -> int:
@@ -118,16 +144,21 @@ def first_parent_range(good: str, bad: str, root: Path) -> list[str]:
 
 
 def subjects_of(commits: list[str], root: Path) -> dict:
-    out = {}
-    for sha in commits:
-        r = process.run(["git", "-C", str(root), "log", "-1", "--format=%s", sha], timeout=30)
-        out[sha] = r.stdout.strip()
-    return out
+    log = ["git", "-C", str(root), "log", "-1", "--format=%s"]
+    return {sha: process.run([*log, sha], timeout=30).stdout.strip() for sha in commits}
 
 
 def max_steps(n: int) -> int:
     """The steps the error budget is split over for a range of ``n`` commits."""
     return math.ceil(math.log2(max(2, n))) + 2 + SPARE_STEPS
+
+
+def step_alpha(alpha: float, m: int) -> float:
+    """alpha / m, rounded down: m of them sum to at most alpha, exactly."""
+    a = alpha / m
+    while Fraction(a) * m > Fraction(alpha):
+        a = math.nextafter(a, 0.0)
+    return a
 
 
 def pick(lo: int, hi: int, skipped: set) -> int | None:
@@ -182,8 +213,9 @@ class _Search:
         self.step("count", sha, None, "counted" if ir else "failed", "" if ir else SKIPPED, detail)
         return ir
 
-    def ab(self, kind: str, a: str, b: str, threshold: float):
-        """One paired sequential A/B step (A = ``a``, B = ``b``) at alpha / m."""
+    def ab(self, kind: str, a: str, b: str, threshold: float, alpha: float):
+        """One paired sequential A/B step (A = ``a``, B = ``b``) at ``alpha``, which the step
+        records as spent (nothing when a side does not build: no verdict)."""
         from hakbench.experiments.ab import run_ab
 
         k = len([s for s in self.result.steps if s.out])
@@ -195,7 +227,7 @@ class _Search:
             rev=b,
             baseline_rev=a,
             threshold_pct=threshold,
-            alpha=self.result.alpha_step,
+            alpha=alpha,
             metric=metric,
             max_time_s=self.spec.max_time_s,
             iters=self.spec.iters,
@@ -214,10 +246,9 @@ class _Search:
         if result.interrupted:
             raise KeyboardInterrupt
         (c,) = result.primary()
-        verdict = c.verdict
         detail = f"B/A {c.ratio:.4f} [{c.decide_low or c.ci_low:.4f}, "
         detail += f"{c.decide_high or c.ci_high:.4f}], {c.n_pairs} pairs, {c.stop}"
-        return self.step(kind, b, a, verdict, "", detail, str(where)), c
+        return self.step(kind, b, a, c.verdict, "", detail, str(where), result.spec.alpha), c
 
 
 def run_bisect(spec: BisectSpec, out: Path, *, resume: bool = False) -> BisectResult:
@@ -229,28 +260,23 @@ def run_bisect(spec: BisectSpec, out: Path, *, resume: bool = False) -> BisectRe
     good, bad = resolve_rev(spec.good, root), resolve_rev(spec.bad, root)
     commits = first_parent_range(good, bad, root)
     spec = dataclasses.replace(spec, seed=spec.seed or engine.new_seed())
-    meta = {
-        "kind": "bisect",
-        "spec": asdict(spec),
-        "good": good,
-        "bad": bad,
-        "commits": commits,
-    }
+    meta = {"kind": "bisect", "spec": asdict(spec), "good": good, "bad": bad, "commits": commits}
     ident = engine.identity_of([], {}, out)
     ident["range"] = {"good": good, "bad": bad}
     store, meta, stored = engine.open_run(out, meta, resume=resume, ident=ident)
     if resume:
         spec = BisectSpec(**meta["spec"])
     result = BisectResult(spec, Path(out), commits, subjects_of([good, *commits], root))
-    result.max_steps = max_steps(len(commits))
-    result.alpha_step = spec.alpha / result.max_steps
     search = _Search(spec, Path(out), engine.Session(store, stored=stored), result, spec.seed)
     try:
         _search(search, good, commits)
     except KeyboardInterrupt:
-        result.interrupted = True
+        result.interrupted, result.stop = True, STOP_INTERRUPTED
     meta["steps"] = [asdict(s) for s in result.steps]
     meta["found"], meta["confirmed"] = result.found, result.confirmed
+    meta["stop"], meta["candidates"] = result.stop, result.candidates
+    meta["alpha"] = dict(total=spec.alpha, per_step=result.alpha_step, max_steps=result.max_steps)
+    meta["alpha"]["spent"] = result.alpha_spent
     meta["finished"] = not result.interrupted
     store.write_meta(meta)
     from hakbench.report.bisect_md import write_bisect_report
@@ -261,7 +287,7 @@ def run_bisect(spec: BisectSpec, out: Path, *, resume: bool = False) -> BisectRe
 
 def _search(search: _Search, good: str, commits: list[str]) -> None:
     spec, result = search.spec, search.result
-    bad = commits[-1]
+    bad, result.stop = commits[-1], STOP_NO_RANGE  # until the search concludes
     if spec.metric in ("auto", "instructions"):
         ir_good, ir_bad = search.count(good), search.count(bad)
         if ir_good is None or ir_bad is None:
@@ -282,16 +308,17 @@ def _search(search: _Search, good: str, commits: list[str]) -> None:
     _by_pairs(search, good, commits)
 
 
-def _bracket(search: _Search, good: str, commits: list[str], is_bad) -> tuple[int, int, set]:
-    """The binary search: (last good index, first bad index, skipped indices); index -1 is
-    the good revision, len - 1 the bad one. ``is_bad(sha)``: True, False or None (skip)."""
+def _bracket(commits: list[str], is_bad, halt) -> tuple[int, int, str]:
+    """The binary search: (last good index, first bad index, why it stopped); index -1 is
+    the good revision, len - 1 the bad one. ``is_bad(sha)``: True, False or None (skip);
+    ``halt()``: why no further probe may run ("" while one may)."""
     lo, hi, skipped = -1, len(commits) - 1, set()
     while hi - lo > 1:
-        if len(search.result.steps) >= 4 * search.result.max_steps:
-            break  # (a guard: every step is a probe or a count)
+        if why := halt():
+            return lo, hi, why
         i = pick(lo, hi, skipped)
         if i is None:
-            break
+            return lo, hi, STOP_SKIPPED
         verdict = is_bad(commits[i])
         if verdict is None:
             skipped.add(i)
@@ -299,18 +326,21 @@ def _bracket(search: _Search, good: str, commits: list[str], is_bad) -> tuple[in
             hi = i
         else:
             lo = i
-    return lo, hi, skipped
+    return lo, hi, STOP_FOUND
 
 
-def _conclude(result: BisectResult, commits: list[str], lo: int, hi: int, skipped: set):
-    result.candidates = [commits[i] for i in range(lo + 1, hi + 1)]
-    if len(result.candidates) == 1:
+def _conclude(result: BisectResult, commits: list[str], lo: int, hi: int, stop: str):
+    """The found commit, or the candidates left and why (``result.message``)."""
+    result.candidates, result.stop = [commits[i] for i in range(lo + 1, hi + 1)], stop
+    if stop == STOP_FOUND:
         result.found = commits[hi]
-    else:
-        result.message = (
-            f"the first bad commit is one of {len(result.candidates)}: the others between "
-            "the last good and the first bad one were skipped"
-        )
+        return
+    n, spent = len(result.candidates), f"{result.alpha_spent:.4g} of {result.spec.alpha:g}"
+    result.message = {
+        STOP_BUDGET: f"the error budget ran out (alpha {spent} spent, the verification's share "
+        f"unused) before the search converged: the first bad commit is one of {n}",
+        STOP_GUARD: f"the search stopped after {len(result.steps)} steps, {n} commits left",
+    }.get(stop, f"the first bad commit is one of {n}: the others were skipped")
 
 
 def _by_counts(search: _Search, good: str, commits: list[str], ir_good: float, ir_bad: float):
@@ -325,50 +355,50 @@ def _by_counts(search: _Search, good: str, commits: list[str], ir_good: float, i
     for s in search.result.steps:  # the two counts that bracket the range
         if s.kind == "count" and s.commit in (good, commits[-1]):
             s.classified = GOOD if s.commit == good else BAD
-    lo, hi, skipped = _bracket(search, good, commits, is_bad)
-    _conclude(search.result, commits, lo, hi, skipped)
+
+    steps, limit = search.result.steps, 4 * search.result.max_steps  # counts spend no alpha
+    lo, hi, stop = _bracket(commits, is_bad, lambda: STOP_GUARD if len(steps) >= limit else "")
+    _conclude(search.result, commits, lo, hi, stop)
     if search.result.found:  # exact counts: the found commit against its parent
         parent = commits[hi - 1] if hi > 0 else good
         ir_found, ir_parent = search.count(commits[hi]), search.count(parent)
         share = (ir_found - ir_parent) / (ir_bad - ir_good)
-        search.result.confirmed = share >= 0.5
+        search.result.confirmed = ok = share >= 0.5
+        detail = f"{ir_parent:.3f} -> {ir_found:.3f} Ir/op ({100 * (ir_found / ir_parent - 1):+.2f}"
+        detail += f" %, {100 * share:.0f} % of the range's change)"
         search.step(
-            "verify",
-            commits[hi],
-            parent,
-            "confirmed" if search.result.confirmed else "not confirmed",
-            "",
-            f"{ir_parent:.3f} -> {ir_found:.3f} Ir/op ({100 * (ir_found / ir_parent - 1):+.2f} %"
-            f", {100 * share:.0f} % of the range's change)",
+            "verify", commits[hi], parent, "confirmed" if ok else "not confirmed", "", detail
         )
 
 
 def _by_pairs(search: _Search, good: str, commits: list[str]):
-    spec, result = search.spec, search.result
-    confirm = search.ab("confirm", good, commits[-1], spec.threshold_pct)
+    """The timed search: every A/B step spends ``alpha_step`` of the call's alpha."""
+    spec, result, a = search.spec, search.result, search.result.alpha_step
+    confirm = search.ab("confirm", good, commits[-1], spec.threshold_pct, a)
     if confirm is None or confirm[0].verdict != NO_GO:
         got = "a build failed" if confirm is None else confirm[0].verdict
         result.message = f"the range is not confirmed as a regression ({got}): nothing to bisect"
+        result.stop = STOP_NO_RANGE
         return
-    step, c = confirm
-    step.classified = BAD
-    # each probe at half the confirmed regression: NO-GO has at least half of it, NEUTRAL
-    # at most half
+    confirm[0].classified, c = BAD, confirm[1]
+    # each probe at half the confirmed regression: NO-GO has at least half, NEUTRAL at most
     half = max(spec.threshold_pct / 2, 100 * abs(math.log(c.ratio)) / 2)
 
     def is_bad(sha):
-        found = search.ab("probe", good, sha, half)
+        found = search.ab("probe", good, sha, half, a)
         if found is None:
             return None
         s, _ = found
         s.classified = BAD if s.verdict == NO_GO else GOOD if s.verdict == NEUTRAL else UNDECIDED
         return {BAD: True, GOOD: False}.get(s.classified)
 
-    lo, hi, skipped = _bracket(search, good, commits, is_bad)
-    _conclude(result, commits, lo, hi, skipped)
+    # a probe runs only while it and the verification's reserved share both fit
+    lo, hi, stop = _bracket(commits, is_bad, lambda: "" if result.affords(2) else STOP_BUDGET)
+    _conclude(result, commits, lo, hi, stop)
     if result.found:
+        assert result.affords(1)  # the reserved share: no probe ran into it
         parent = commits[hi - 1] if hi > 0 else good
-        verify = search.ab("verify", parent, result.found, half)
+        verify = search.ab("verify", parent, result.found, half, a)
         result.confirmed = verify is not None and verify[0].verdict == NO_GO
         if verify is not None:
             verify[0].classified = BAD if result.confirmed else UNDECIDED

@@ -1,5 +1,6 @@
 """report.md of ``hakbench bisect``: the range, how commits were judged, each step with its
-verdict, the commits skipped and the commit found (and whether its parent confirmed it)."""
+verdict and the alpha it spent, the error budget spent in total, why the search stopped, the
+commits skipped and the commit found (and whether its parent confirmed it)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,12 @@ def bisect_lines(result) -> list[str]:
     elif result.how == "timed":
         lines += [
             "Judged by paired sequential A/Bs (`hakbench ab` between two revisions, code "
-            f"layouts drawn on both sides): the error rate over all steps is held at "
-            f"{spec.alpha:g} by Bonferroni, each step at {spec.alpha:g}/{result.max_steps} = "
-            f"{result.alpha_step:.4f} (at most {result.max_steps} steps for {n} commits). "
-            "The range is confirmed first (good against bad, NO-GO), each probe is the commit "
-            "against the good revision at half the confirmed regression (NO-GO: bad, "
-            "NEUTRAL: good, else undecided and skipped), the commit found against its parent.",
+            "layouts drawn on both sides). The range is confirmed first (good against bad, "
+            "NO-GO), each probe is the commit against the good revision at half the "
+            "confirmed regression (NO-GO: bad, NEUTRAL: good, else undecided and skipped), "
+            "the commit found against its parent.",
             "",
+            *_budget_lines(result),
         ]
     if result.found:
         state = "confirmed" if result.confirmed else "NOT confirmed"
@@ -53,6 +53,8 @@ def bisect_lines(result) -> list[str]:
         lines += [f"- `{_short(c)}` {subject(c, '')}" for c in result.candidates] + [""]
     if result.message:
         lines += [f"Note: {result.message}.", ""]
+    if result.stop:
+        lines += [f"Stopped: {result.stop}.", ""]
     if result.interrupted:
         lines += [
             f"**Interrupted**: `hakbench bisect --resume {result.out}` finishes the search "
@@ -65,14 +67,15 @@ def bisect_lines(result) -> list[str]:
         "",
         "## Steps",
         "",
-        "| # | step | commit | against | verdict | classified | detail |",
-        "|---|---|---|---|---|---|---|",
+        "| # | step | commit | against | verdict | classified | alpha | detail |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, s in enumerate(result.steps, 1):
         commit = f"`{_short(s.commit)}` {subject(s.commit, '')}"
+        alpha = f"{s.alpha:.4g}" if s.alpha else "0" if s.out else "-"
         lines.append(
             f"| {i} | {s.kind} | {commit} | {_short(s.against) if s.against else '-'} | "
-            f"{s.verdict} | {s.classified or '-'} | {s.detail}"
+            f"{s.verdict} | {s.classified or '-'} | {alpha} | {s.detail}"
             + (f" ([run](steps/{Path(s.out).name}/report.md))" if s.out else "")
             + " |"
         )
@@ -81,6 +84,24 @@ def bisect_lines(result) -> list[str]:
         lines += ["", "## Skipped (did not build)", ""]
         lines += [f"- `{_short(s.commit)}`: {s.detail}" for s in skipped]
     return [*lines, ""]
+
+
+def _budget_lines(result) -> list[str]:
+    """The error budget: the rule, and what the steps spent of it."""
+    spec, a, m = result.spec, result.alpha_step, result.max_steps
+    spent, k = result.alpha_spent, result.ab_steps
+    return [
+        f"Error budget: alpha {spec.alpha:g} for the whole call, held by Bonferroni: every "
+        f"A/B step runs at {spec.alpha:g}/{m} = {a:.4g} and spends it (an INCONCLUSIVE one "
+        "too; a step without a verdict because a side did not build spends nothing), so at "
+        f"most {m} A/B steps run for {len(result.commits)} commits; {a:.4g} stays reserved "
+        "for the confirmation against the parent, and a probe runs only while it and that "
+        "share still fit.",
+        "",
+        f"**Alpha spent: {spent:.4g} of {spec.alpha:g}** in {k} A/B steps "
+        f"({max(0.0, round(spec.alpha - spent, 12)):.4g} left).",
+        "",
+    ]
 
 
 def write_bisect_report(result, path: Path) -> Path:
