@@ -273,6 +273,14 @@ def test_one_added_instruction_in_malloc_fails_the_gate_and_the_tree_passes(tmp_
     assert re.search(r"\| C7_SAFE \| mixed \|.*\| ROSE \|", patched.stdout)
     assert re.search(r"\| C7_SAFE \| tiny_hot \|.*\| ROSE \|", patched.stdout)
     assert "instructions rose on mixed, tiny_hot" in patched.stderr
+    # the run keeps the baseline it was judged against: a later refresh does not change it
+    baseline_file = tmp_path / "scorecard" / "gate.json"
+    ran_against = json.loads(baseline_file.read_text())
+    metas = [json.loads((d / "meta.json").read_text()) for d in (tmp_path / "runs").iterdir()]
+    (meta,) = [m for m in metas if not m["refresh"]]  # the patched tree's run
+    baseline_file.write_text(json.dumps({**ran_against, "cells": []}))
+    assert g.run_baseline(meta, tmp_path) == ran_against
+    baseline_file.write_text(json.dumps(ran_against))
     clean = hakbench("gate", *narrow, cwd=repo_root)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "gate passed: 2 cells" in clean.stdout

@@ -199,7 +199,6 @@ def test_the_site_is_static_and_shares_one_vendored_script(site):
     print(f"published in {seconds:.1f} s")
 
 
-@pytest.mark.slow
 def test_every_page_opens_without_an_error(crawled, site):
     out, _ = site
     every_page = {p.resolve() for p in out.rglob("*.html")}
@@ -207,7 +206,6 @@ def test_every_page_opens_without_an_error(crawled, site):
     assert [f"{p.name}: {e}" for p, r in crawled.items() for e in r["errors"]] == []
 
 
-@pytest.mark.slow
 def test_every_local_link_resolves(crawled, site):
     out, _ = site
     links = [u for r in crawled.values() for u in r["links"]]
@@ -222,7 +220,6 @@ def test_every_local_link_resolves(crawled, site):
     assert upstream
 
 
-@pytest.mark.slow
 def test_every_chart_drew_a_marker_per_point(crawled, site):
     out, _ = site
     charts = {p.relative_to(out.resolve()).as_posix(): r["charts"] for p, r in crawled.items()}

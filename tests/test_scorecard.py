@@ -3,14 +3,17 @@ and --check catching files that no longer match. One real quick refresh (hakmem 
 mimalloc on mixed_short) feeds the tests; nothing here asserts on time.
 """
 
+import datetime as _dt
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hakbench.cli import main
+from hakbench.core.errors import UsageError
 from hakbench.experiments import scorecard, scorecard_refresh
 from hakbench.tables import scorecard_model
 from hakbench.tables.misuse_model import pattern_records
@@ -110,6 +113,15 @@ def test_check_passes_and_then_catches_an_edited_csv(results):
     assert "1 file(s) differ" in bad.output
 
 
+def test_adopting_a_run_already_in_history_is_refused(refreshed, results, matrix_file):
+    (run_dir,) = (refreshed / "runs").iterdir()
+    before = {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    with pytest.raises(UsageError, match="already holds the refresh"):
+        scorecard_refresh.adopt_finished(run_dir, results, matrix=matrix_file)
+    after = {p.relative_to(results): p.read_bytes() for p in results.rglob("*") if p.is_file()}
+    assert after == before, "a refused adoption changes nothing"
+
+
 def test_check_catches_a_stale_plot_and_a_missing_file(results):
     (results / "plots" / "old_workload.png").write_bytes(b"\x89PNG")
     (results / "SCORECARD.md").unlink()
@@ -120,6 +132,11 @@ def test_check_catches_a_stale_plot_and_a_missing_file(results):
 
 def test_history_is_append_only_across_refreshes(results, matrix_file):
     before = (results / "history.csv").read_text()
+    # A refresh is known by its start second and commit: start this one a second later
+    # than the fixture's (a tiny quick matrix can finish within the second it began).
+    first = json.loads((results / "scorecard" / "meta.json").read_text())["date"]
+    while _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds") <= first:
+        time.sleep(0.05)
     gate_baseline = results / "scorecard" / "gate.json"
     gate_baseline.write_text('{"cells": []}\n')  # the gate's file beside the samples
     scorecard_refresh.refresh(results, matrix=matrix_file, quick=True)

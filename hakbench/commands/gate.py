@@ -63,11 +63,16 @@ def gate_cmd(refresh, matrix_file, build, results, workloads, profiles, jobs, re
         spec = _chosen_spec(g.load_gate(matrix_file), workloads, profiles, refresh, results)
         path = g.baseline_path(results)
         out = (results or paths.results_dir()) / "runs" / default_run_dir("gate").name
-    baseline = None if refresh else g.read_baseline(path)  # no baseline: exit 2 before work
+    if refresh:
+        baseline = None
+    elif resume is not None and meta.get("baseline_document"):
+        baseline = meta["baseline_document"]  # what the run started against
+    else:
+        baseline = g.read_baseline(path)  # no baseline: exit 2 before work
     cells = g.gate_cells(spec, build=build)
     store, _, stored = engine.open_run(
         out,
-        g.gate_meta(spec, refresh=refresh, baseline=path, build=build),
+        g.gate_meta(spec, refresh=refresh, baseline=path, build=build, document=baseline),
         resume=resume is not None,
         ident=engine.identity(cells, out),
     )

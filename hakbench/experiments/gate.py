@@ -309,9 +309,18 @@ def measure(
 # ---- a gate run's directory: what --resume needs ----
 
 
-def gate_meta(spec: GateSpec, *, refresh: bool, baseline: Path, build: Path | None) -> dict:
+def gate_meta(
+    spec: GateSpec,
+    *,
+    refresh: bool,
+    baseline: Path,
+    build: Path | None,
+    document: dict | None = None,
+) -> dict:
     """meta.json of a gate run: its spec, baseline and build, so ``--resume`` measures the
-    same cells against the same baseline."""
+    same cells against the same baseline. ``document``, the baseline as read, is kept whole
+    (``baseline_document``): the file is replaced by every refresh, and a run stays judged
+    against what it ran against (a resume, the dashboard's flags of a stored run)."""
     from hakbench.engine.meta import collect_meta
 
     return collect_meta(
@@ -319,8 +328,20 @@ def gate_meta(spec: GateSpec, *, refresh: bool, baseline: Path, build: Path | No
         refresh=refresh,
         gate_spec=dataclasses.asdict(spec),
         baseline=str(Path(baseline).resolve()),  # a --resume from another directory
+        baseline_document=document,
         build=str(Path(build).resolve()) if build else None,
     )
+
+
+def run_baseline(meta: dict, results: Path | None = None) -> dict | None:
+    """The baseline a gate run was judged against: the copy in its meta.json, else the file
+    it names, else the committed one (runs made before the copy); None if none is there."""
+    if meta.get("baseline_document"):
+        return meta["baseline_document"]
+    for path in (Path(meta.get("baseline") or ""), baseline_path(results)):
+        if path.is_file():
+            return read_baseline(path)
+    return None
 
 
 def resumed_spec(meta: dict, out: Path) -> GateSpec:

@@ -178,20 +178,17 @@ def _csv_rows(path: Path) -> list[dict]:
 
 
 def _gate_rows(run: Path, meta: dict, results: Path) -> list[dict]:
-    """A gate run's cells judged against the baseline it ran against (the committed one
-    when that file is gone)."""
+    """A gate run's cells judged against the baseline it ran against (``gate.run_baseline``)."""
     from hakbench.experiments import gate as g
     from hakbench.experiments import gate_verdict as gv
 
     cells = read_jsonl(run / "cells.jsonl") if (run / "cells.jsonl").exists() else []
-    baseline = Path(meta.get("baseline") or "")
-    if not baseline.is_file():
-        baseline = g.baseline_path(results)
-    if not cells or not baseline.is_file() or not meta.get("gate_spec"):
+    baseline = g.run_baseline(meta, results)
+    if not cells or baseline is None or not meta.get("gate_spec"):
         return []
     spec = g.resumed_spec(meta, run)
     out = []
-    for row in gv.compare(spec, g.read_baseline(baseline)["cells"], cells):
+    for row in gv.compare(spec, baseline["cells"], cells):
         d = asdict(row)
         d["change_pct"] = row.change_pct
         out.append(d)

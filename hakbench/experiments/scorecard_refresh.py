@@ -28,6 +28,8 @@ from hakbench.experiments.scorecard import (
     history_rows,
     history_text,
     load_stored,
+    read_history,
+    refresh_id,
     render,
     stored_dir,
     suite_matrix,
@@ -161,9 +163,15 @@ def adopt(
         store_refresh(run_dir, results, extra, name, APPS_KEPT_METRICS)
         render(results)
         return run_dir
+    history_file = results / HISTORY_NAME
+    this = refresh_id(read_json(run_dir / "meta.json"))
+    if this in {(r["date"], r["commit"]) for r in read_history(history_file)}:
+        raise UsageError(
+            f"{history_file} already holds the refresh of {this[0]} at {this[1]} "
+            f"({run_dir.name} was adopted before); nothing changed"
+        )
     store_refresh(run_dir, results, extra)
     samples, meta = load_stored(results)
-    history_file = results / HISTORY_NAME
     card = build_scorecard(samples, meta, [])
     existing = history_file.read_text() if history_file.exists() else ""
     new_rows = history_text(history_rows(card)).split("\n", 1)[1]
