@@ -72,8 +72,8 @@ test-py: setup build
 
 # .ci/run and the pull-request workflow, after make test: what is too slow for it, the C
 # tests' whole profile matrix (every test under every profile, optimised and sanitized) and
-# the tests marked slow (bisect end to end, the dashboard in a browser, the statistical
-# rules' long simulations, every command under every signal, the stress memory bounds)
+# the tests marked slow (bisect end to end, the statistical rules' long simulations, every
+# command under every signal, the stress memory bounds)
 test-slow: setup
 	$(MAKE) --no-print-directory -j$(NPROC) build
 	$(MAKE) --no-print-directory -j$(NPROC) test-allocator-full

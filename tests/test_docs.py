@@ -237,3 +237,25 @@ def test_readme_is_short_and_starts_with_the_two_commands():
     assert len(text.splitlines()) <= 200
     commands = re.findall(r"^(make \w+)", text, re.M)
     assert commands[:2] == ["make demo", "make test"]
+
+
+def _commands(lines) -> list[str]:
+    """The command lines of a recipe, white space folded (the comments after them too)."""
+    return [" ".join(line.split()) for line in lines if line.strip()]
+
+
+def test_the_slurm_recipe_in_the_guide_is_the_files_own_header():
+    # the guide shows how to submit the array job; tests/test_slurm.py submits the files
+    # themselves: the guide's lines must be the ones shard.sbatch's header gives, so the
+    # recipe a user copies is the one that ran
+    header = []
+    for line in (ROOT / "scripts/slurm/shard.sbatch").read_text().splitlines()[1:]:
+        if line.startswith("#   "):
+            header.append(line[4:].split("#")[0])
+        elif header:
+            break
+    guide = (DOCS / "hakbench-internals.md").read_text()
+    block = guide.split("header says how to submit them:\n\n  ```\n", 1)[1]
+    shown = [line.split("#")[0] for line in block.split("```", 1)[0].splitlines()]
+    assert len(_commands(header)) == 4
+    assert _commands(shown) == _commands(header)

@@ -60,6 +60,43 @@ def test_a_package_apt_cannot_install_is_an_error_naming_it():
     assert "make" not in r.stderr.split("hakmem-no-such-package")[0].split("named")[-1]
 
 
+def _known_uninstalled_package() -> str | None:
+    """A small package apt knows of and this machine does not have installed."""
+    for name in ("hello", "sl", "cowsay", "fortune-mod"):
+        known = subprocess.run(["apt-cache", "show", "--no-all-versions", name],
+                               capture_output=True).returncode == 0  # fmt: skip
+        have = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name],
+                              capture_output=True, text=True).stdout  # fmt: skip
+        if known and "ok installed" not in have:
+            return name
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")
+def test_an_install_that_fails_is_an_error_naming_what_is_missing(tmp_path):
+    # a package apt knows, whose install fails (an apt-get that cannot fetch, as offline):
+    # setup tries again after an update, then stops with apt's last lines and the names of
+    # the packages that are still missing, never going on to make the venv
+    package = _known_uninstalled_package()
+    assert package, "no small uninstalled package known to apt (apt-get update?)"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "apt-get").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" install "*)\n'
+        '  echo "E: Failed to fetch $*: simulated" >&2; exit 100;;\n'
+        "esac\n"
+        "exit 0\n"
+    )
+    (shim / "apt-get").chmod(0o755)
+    env = {"SETUP_PACKAGES": f"make {package}", "PATH": f"{shim}:{os.environ['PATH']}"}
+    r = setup("system", env=env)
+    assert r.returncode == 1, r.stderr
+    assert f"apt-get install failed; not installed: {package}" in r.stderr
+    assert "E: Failed to fetch" in r.stderr  # apt's own words, for the user to act on
+    assert "make" not in r.stderr.split("not installed:")[-1]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to the user nobody needs root")
 def test_without_root_missing_packages_stop_setup_unless_allowed():
     env = {"SETUP_PACKAGES": "make hakmem-no-such-package"}
