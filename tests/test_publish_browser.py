@@ -154,7 +154,9 @@ def problems_of(report: dict) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
+# session scope: xdist may interleave another module's tests on this worker, and a module
+# fixture would then be made again (the crawl takes ~20 s)
+@pytest.fixture(scope="session")
 def browser():
     if not CHROMIUM.exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
@@ -167,7 +169,7 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> tuple[Path, float]:
     out = tmp_path_factory.mktemp("site")
     started = time.monotonic()
@@ -175,7 +177,7 @@ def site(tmp_path_factory) -> tuple[Path, float]:
     return out, time.monotonic() - started
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def crawled(browser, site):
     out, _ = site
     if ARTIFACTS.exists():
