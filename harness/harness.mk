@@ -3,7 +3,7 @@
 HARNESS_PROGRAMS := bench_random_mixed bench_tiny_hot bench_mid_large_mt bench_xthread bench_soak \
                     bench_burst bench_churn bench_prodcons_mem bench_large bench_larson \
                     bench_xmalloc bench_cache_scratch bench_leak_grow bench_bigblock bench_thread_churn \
-                    bench_random_st
+                    bench_random_st bench_thread_chain
 # C++ programs (g++): the same contract, allocation by new/delete.
 HARNESS_CXX_PROGRAMS := bench_larson_cxx
 HARNESS_BIN := $(BUILD)/bench

@@ -1,6 +1,6 @@
 """The stress programs (bench_churn, bench_prodcons_mem, bench_large, bench_larson,
 bench_xmalloc, bench_cache_scratch, bench_leak_grow, and issue #30's bench_bigblock,
-bench_larson_cxx, bench_thread_churn, bench_random_st) beyond the common contract that
+bench_larson_cxx, bench_thread_churn, bench_random_st; issue #38's bench_thread_chain) beyond the common contract that
 test_harness.py checks for every program: what each one claims to do shows in its output.
 
 Every run is short and nothing here asserts on time."""
@@ -25,6 +25,7 @@ STRESS_PROGRAMS = {
     "bench_larson_cxx",
     "bench_thread_churn",
     "bench_random_st",
+    "bench_thread_chain",
 }
 
 
@@ -169,6 +170,23 @@ def test_thread_churn_as_mstress_main_works_and_rounds_repeat(bench_dir):
     assert again == first  # round 0 is the round every round repeats
 
 
+def test_thread_chain_peaks_at_its_waiting_threads_memory(bench_dir):
+    """4 threads x 32 MiB, each waiting for the next with all of its blocks freed: the op
+    sequence is the same under every allocator, the peak holds one thread's live data at
+    least, and under libhakmem less than 3.5 times it (4.4 times before a waiting thread's
+    empty medium pages went back: issue #38; 2.8 with them)."""
+    args = ["--depth", "4", "--mib", "32", "--max", "16384"]
+    glibc = result_of(bench_dir, "bench_thread_chain", args)
+    hakmem = result_of(bench_dir, "bench_thread_chain", args, preload=PRELOADS["hakmem"])
+    assert glibc["checksum"] == hakmem["checksum"]
+    assert (hakmem["depth"], hakmem["live_kib"]) == ("4", str(32 << 10))
+    other = result_of(bench_dir, "bench_thread_chain", [*args, "--seed", "2"])
+    assert other["checksum"] != glibc["checksum"]
+    live = int(hakmem["live_kib"])
+    assert kib(glibc, "maxrss_kb") >= live and kib(hakmem, "maxrss_kb") >= live
+    assert kib(hakmem, "maxrss_kb") < 3.5 * live
+
+
 def test_churn_retained_blocks_survive_rounds(bench_dir):
     """Blocks kept across rounds are checked by the thread that frees them: a lost or
     overwritten block would be a runtime error (exit 1)."""
@@ -210,6 +228,8 @@ def test_stress_workloads_run_under_libhakmem_with_fewer_iterations(bench_dir, l
             args[args.index("--steps") + 1] = "5000"
         if workload.program == "bench_thread_churn":
             args[args.index("--scale") + 1] = "2"
+        if workload.program == "bench_thread_chain":
+            args[args.index("--mib") + 1] = "4"
         system = result_of(bench_dir, workload.program, args)
         preloaded = parse_result(
             run_bench(bench_dir, workload.program, args, preload=library).stdout

@@ -112,7 +112,7 @@ void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
 // malloc_trim: the empty pages the fronts retain go back to their superslabs (whose free slots
 // hak_os_trim then purges).
 void hak_front_trim(hak_heap *heap) {
-    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++)
+    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
         while (heap->spare[cls]) {
             hak_page *page = heap->spare[cls];
             heap->spare[cls] = page->next;
@@ -120,6 +120,14 @@ void hak_front_trim(hak_heap *heap) {
             page->next = NULL;
             hak_heap_release_page(heap, page);
         }
+        // and the empty pages a medium or big class keeps in its queue (heap.c, current_emptied)
+        for (hak_page *page = heap->queue[cls].first, *next; page; page = next) {
+            next = page->next;
+            if (page->used != 0 || page == heap->direct[cls]) continue;
+            hak_heap_detach_page(heap, page);
+            hak_heap_release_page(heap, page);
+        }
+    }
 }
 
 // A page other than its class's current one emptied: retained while the front keeps fewer

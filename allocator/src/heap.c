@@ -205,13 +205,41 @@ static HAK_NOINLINE void free_emptied_other(hak_heap *heap, hak_page *page) {
     hak_heap_leave(heap);
 }
 
+// The current page of a medium or big class emptied. A free there makes its page the class's
+// current one (wrappers.c), so frees in allocation order empty every page while it is current,
+// and the page then stays in the queue when the next free makes another current: a thread that
+// freed 100 MiB of 1-16 KiB blocks that way kept 161 of its 165 medium pages in use with no
+// block in them (notebook 2026-12-02-evening). The emptied page stays current, ready for the
+// next malloc, unless HAK_LEFT_EMPTY_KEEP other empty pages of its class wait in the queue
+// (looked for among its first HAK_LEFT_EMPTY_SCAN): then it goes where the free that emptied
+// it would have sent it had it not been current, and the queue's first page is current.
+// Releasing every such page instead cost mid_large_mt1 9 % of its throughput (its pages empty
+// and refill all the time); a test on every medium free, 1.6 % of its instructions.
+#define HAK_LEFT_EMPTY_KEEP 2
+#define HAK_LEFT_EMPTY_SCAN 32
+static HAK_NOINLINE void current_emptied(hak_heap *heap, hak_page *page) {
+    unsigned cls = page->class_idx, empty = 0, seen = 0;
+    for (hak_page *other = heap->queue[cls].first;
+         other && seen < HAK_LEFT_EMPTY_SCAN && empty < HAK_LEFT_EMPTY_KEEP; other = other->next) {
+        seen++;
+        if (other != page && other->used == 0) empty++;
+    }
+    if (empty < HAK_LEFT_EMPTY_KEEP) return;
+    heap->direct[cls] = &hak_page_empty;
+    free_emptied_other(heap, page);
+    heap->direct[cls] = heap->queue[cls].first ? heap->queue[cls].first : &hak_page_empty;
+}
+
 void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page->used < 0 || (page->free == block && page->local_free == block))
         hak_fatal_pointer("free", "double free", block);
     if ((uintptr_t)block - (uintptr_t)hak_page_start(page) >=
         (uintptr_t)page->reserved * page->block_size)
         hak_fatal_pointer("free", "invalid pointer", block);
-    if (page != heap->direct[page->class_idx]) free_emptied_other(heap, page);
+    if (page != heap->direct[page->class_idx])
+        free_emptied_other(heap, page);
+    else if (hak_class_kind[page->class_idx] != HAK_KIND_SMALL)
+        current_emptied(heap, page);
 }
 
 // Takes over a superslab an exited thread left with live blocks, one with room for class `cls`
