@@ -1,7 +1,8 @@
 """The stress programs (bench_churn, bench_prodcons_mem, bench_large, bench_larson,
 bench_xmalloc, bench_cache_scratch, bench_leak_grow, and issue #30's bench_bigblock,
-bench_larson_cxx, bench_thread_churn, bench_random_st; issue #38's bench_thread_chain) beyond the common contract that
-test_harness.py checks for every program: what each one claims to do shows in its output.
+bench_larson_cxx, bench_thread_churn, bench_random_st; issue #38's bench_thread_chain)
+beyond the common contract that test_harness.py checks for every program: what each one
+claims to do shows in its output.
 
 Every run is short and nothing here asserts on time."""
 
