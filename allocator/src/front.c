@@ -105,7 +105,12 @@ void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     if (page->in_full) hak_heap_page_unfull(heap, page);
     hak_link_set(block, page->local_free);
     page->local_free = block;
-    if (--page->used <= 0) hak_heap_free_emptied(heap, page, block);
+    if (--page->used <= 0) {
+        if (hak_class_kind[page->class_idx] == HAK_KIND_SMALL)
+            hak_heap_free_emptied(heap, page, block);
+        else
+            hak_heap_free_emptied_lifo(heap, page, block);
+    }
     hak_heap_leave(heap);
 }
 

@@ -227,18 +227,29 @@ static HAK_NOINLINE void current_emptied(hak_heap *heap, hak_page *page) {
     if (empty < HAK_LEFT_EMPTY_KEEP) return;
     heap->direct[cls] = &hak_page_empty;
     free_emptied_other(heap, page);
-    heap->direct[cls] = heap->queue[cls].first ? heap->queue[cls].first : &hak_page_empty;
+    set_direct(heap, cls);
 }
 
-void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
+static inline void check_emptied(const hak_page *page, hak_block *block) {
     if (page->used < 0 || (page->free == block && page->local_free == block))
         hak_fatal_pointer("free", "double free", block);
     if ((uintptr_t)block - (uintptr_t)hak_page_start(page) >=
         (uintptr_t)page->reserved * page->block_size)
         hak_fatal_pointer("free", "invalid pointer", block);
+}
+
+// Small pages (a bare free(malloc(64)) loop lands here at every free: nothing more than this).
+void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
+    check_emptied(page, block);
+    if (page != heap->direct[page->class_idx]) free_emptied_other(heap, page);
+}
+
+// Medium and big pages, whose owner frees make their page current.
+void hak_heap_free_emptied_lifo(hak_heap *heap, hak_page *page, hak_block *block) {
+    check_emptied(page, block);
     if (page != heap->direct[page->class_idx])
         free_emptied_other(heap, page);
-    else if (hak_class_kind[page->class_idx] != HAK_KIND_SMALL)
+    else
         current_emptied(heap, page);
 }
 

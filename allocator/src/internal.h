@@ -635,6 +635,7 @@ hak_heap *hak_heap_create(void);
 void hak_heap_destroy(hak_heap *heap);
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
 void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block);
+void hak_heap_free_emptied_lifo(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 // Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
 // each front's slow path compiles with its own constants and no extra call level):

@@ -162,7 +162,10 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         }
         HAK_HOT_STAT(heap, free, page->class_idx);
         if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) {
-            hak_heap_free_emptied(heap, page, block);
+            if (lifo)
+                hak_heap_free_emptied_lifo(heap, page, block);
+            else
+                hak_heap_free_emptied(heap, page, block);
             return 1;
         }
         // Medium and big pages: the page of the block just freed becomes the class's current
