@@ -174,8 +174,9 @@ def test_thread_churn_as_mstress_main_works_and_rounds_repeat(bench_dir):
 def test_thread_chain_peaks_at_its_waiting_threads_memory(bench_dir):
     """4 threads x 32 MiB, each waiting for the next with all of its blocks freed: the op
     sequence is the same under every allocator, the peak holds one thread's live data at
-    least, and under libhakmem less than 3.5 times it (4.4 times before a waiting thread's
-    empty medium pages went back: issue #38; 2.8 with them)."""
+    least, and under libhakmem at most twice it, issue #38's bound (4.4 times before a waiting
+    thread's empty medium pages went back, 2.8 with them; 1.7 since a heap that only gives pages
+    back purges them at once)."""
     args = ["--depth", "4", "--mib", "32", "--max", "16384"]
     glibc = result_of(bench_dir, "bench_thread_chain", args)
     hakmem = result_of(bench_dir, "bench_thread_chain", args, preload=PRELOADS["hakmem"])
@@ -185,7 +186,7 @@ def test_thread_chain_peaks_at_its_waiting_threads_memory(bench_dir):
     assert other["checksum"] != glibc["checksum"]
     live = int(hakmem["live_kib"])
     assert kib(glibc, "maxrss_kb") >= live and kib(hakmem, "maxrss_kb") >= live
-    assert kib(hakmem, "maxrss_kb") < 3.5 * live
+    assert kib(hakmem, "maxrss_kb") <= 2 * live
 
 
 def test_churn_retained_blocks_survive_rounds(bench_dir):

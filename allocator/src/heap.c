@@ -156,6 +156,7 @@ static int has_other_alike(const hak_heap *heap, const hak_superslab *ss) {
 
 void hak_heap_release_page(hak_heap *heap, hak_page *page) {
     hak_superslab *ss = (hak_superslab *)((uintptr_t)page & ~(uintptr_t)HAK_SS_MASK);
+    heap->shrink_bytes += (uint64_t)1 << ss->page_shift;
     hak_superslab_page_free(ss, page);
     hak_superslab *first = heap->superslabs[ss->page_kind];
     if (ss->pages_in_use == 0 && has_other_alike(heap, ss)) {
@@ -214,11 +215,32 @@ static HAK_NOINLINE void free_emptied_other(hak_heap *heap, hak_page *page) {
 // (looked for among its first HAK_LEFT_EMPTY_SCAN): then it goes where the free that emptied
 // it would have sent it had it not been current, and the queue's first page is current.
 // Releasing every such page instead cost mid_large_mt1 9 % of its throughput (its pages empty
-// and refill all the time); a test on every medium free, 1.6 % of its instructions.
+// and refill all the time); a test on every medium free, 1.6 % of its instructions. A heap
+// that is shrinking (hak_heap_shrinking: it gives pages back and takes none) keeps none of
+// them: the emptied page and the other empty pages among the first HAK_LEFT_EMPTY_SCAN go
+// back. A thread that freed its data and then waited kept three empty 512 KiB pages of each
+// medium class, pinning as many superslabs with their free slots resident.
 #define HAK_LEFT_EMPTY_KEEP 2
 #define HAK_LEFT_EMPTY_SCAN 32
+static void release_empty_pages(hak_heap *heap, unsigned cls) {
+    unsigned seen = 0;
+    hak_heap_enter(heap);
+    for (hak_page *other = heap->queue[cls].first, *next; other && seen < HAK_LEFT_EMPTY_SCAN;
+         other = next, seen++) {
+        next = other->next;
+        if (other->used == 0) hak_heap_page_emptied(heap, other);
+    }
+    hak_heap_leave(heap);
+}
+
 static HAK_NOINLINE void current_emptied(hak_heap *heap, hak_page *page) {
     unsigned cls = page->class_idx, empty = 0, seen = 0;
+    if (hak_heap_shrinking(heap)) {
+        heap->direct[cls] = &hak_page_empty;
+        release_empty_pages(heap, cls);
+        set_direct(heap, cls);
+        return;
+    }
     for (hak_page *other = heap->queue[cls].first;
          other && seen < HAK_LEFT_EMPTY_SCAN && empty < HAK_LEFT_EMPTY_KEEP; other = other->next) {
         seen++;
@@ -260,6 +282,7 @@ int hak_heap_adopt(hak_heap *heap, unsigned cls) {
     unsigned merged = cls > 0 && hak_heap_is_merged(heap, cls - 1) ? cls - 1 : cls;
     hak_superslab *ss = hak_superslab_pop_abandoned(cls, merged);
     if (!ss) return 0;
+    heap->shrink_bytes = 0; // it takes pages: growing
     push_superslab(heap, ss);
     for (unsigned i = 0; i < ss->page_count; i++) {
         hak_page *page = &ss->pages[i];
@@ -304,6 +327,7 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls, int may_map) {
         push_superslab(heap, ss);
         page = hak_superslab_page_alloc(ss);
     }
+    heap->shrink_bytes = 0;
     hak_page_init(page, cls, heap);
     return page;
 }

@@ -305,6 +305,9 @@ typedef struct hak_heap {
     uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
     uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; os.c)
     uint32_t purge_checks;    // slot frees since the deadlines were last checked (os.c)
+    // Bytes of page slots given back since the heap last took one: beyond HAK_SHRINK_BYTES the
+    // heap is shrinking (hak_heap_shrinking), and what it frees goes back at once (os.c, heap.c).
+    uint64_t shrink_bytes;
     // Allocation slow paths until the lean policy next purges idle medium blocks (os.c; 0 under
     // speed-first: it wraps around and comes back after 2^32).
     uint32_t idle_countdown;
@@ -463,6 +466,14 @@ void hak_superslab_fork_child(void);
 // Speed-first: how long freed memory the allocator keeps (empty superslabs, free page slots,
 // cached large regions) stays resident before it is purged (os.c, large.c).
 #define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
+// A heap that has given back more than this of page slots since it last took one is shrinking:
+// it frees without refilling (a thread freeing its data before it waits or exits), so there is
+// no refill for the delay to keep warm memory for, and the thread may never come back to purge
+// it (hak_os_page_slot_freed, current_emptied in heap.c).
+#define HAK_SHRINK_BYTES (4u << 20)
+static inline int hak_heap_shrinking(const hak_heap *heap) {
+    return heap->shrink_bytes > HAK_SHRINK_BYTES;
+}
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
 void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
 size_t hak_large_trim(void);      // malloc_trim: all of them now (bytes given back)
