@@ -5,6 +5,7 @@ library's, and run as a cell's allocator."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import shutil
 import subprocess
@@ -215,11 +216,33 @@ def test_sides_share_the_layouts_of_one_build(build, tmp_path, build_dir):
 
 
 def test_draws_are_balanced_blocks_in_a_seeded_order():
-    first = list(itertools.islice(draw_layouts(3, 2, seed=7), 12))
-    assert sorted(first[:6]) == sorted(first[6:]) == [(a, b) for a in range(3) for b in range(2)]
-    assert first[:6] != first[6:]  # each block shuffled on its own
-    assert first == list(itertools.islice(draw_layouts(3, 2, seed=7), 12))
-    assert first != list(itertools.islice(draw_layouts(3, 2, seed=8), 12))
+    first = list(itertools.islice(draw_layouts(3, 2, seed=7), 16))
+    # a first block of 2 x 2, then every combination once a block
+    assert sorted(first[:4]) == [(a, b) for a in range(2) for b in range(2)]
+    every = [(a, b) for a in range(3) for b in range(2)]
+    assert sorted(first[4:10]) == sorted(first[10:16]) == every
+    assert first[4:10] != first[10:16]  # each block shuffled on its own
+    assert first == list(itertools.islice(draw_layouts(3, 2, seed=7), 16))
+    assert first != list(itertools.islice(draw_layouts(3, 2, seed=8), 16))
+
+
+def test_draws_take_the_layouts_in_by_blocks_so_a_few_pairs_have_an_interval():
+    """16 layouts a side: after 20 pairs four layouts a side have their three pairs or more
+    (a uniform draw would give each about one), and the interval from them is finite; every
+    layout has its pairs once the blocks reach all 16."""
+    from hakbench.stats.layouts import MIN_PAIRS_PER_LAYOUT, layout_spread, random_effects_bounds
+
+    drawn = list(itertools.islice(draw_layouts(16, 16, seed=3), 20))
+    la, lb = [a for a, _ in drawn], [b for _, b in drawn]
+    assert max(la) == max(lb) == 3
+    x = [0.01 * ((i * 7) % 5 - 2) for i in range(20)]
+    sp = layout_spread(x, la, lb, k_a=16, k_b=16)
+    assert sp.complete and sp.sides["A"].used == sp.sides["B"].used == 4
+    assert all(math.isfinite(v) for v in random_effects_bounds(sp, 0.025))
+    blocks = 4 + 16 + 64 + 256  # 2x2, 4x4, 8x8, 16x16
+    many = list(itertools.islice(draw_layouts(16, 16, seed=3), blocks))
+    counts = [sum(a == i for a, _ in many) for i in range(16)]
+    assert min(counts) >= MIN_PAIRS_PER_LAYOUT and max(counts) - min(counts) == 2 + 4 + 8
 
 
 def test_each_call_draws_its_own_layouts_and_a_replay_the_same(build):

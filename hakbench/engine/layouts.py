@@ -141,14 +141,20 @@ def plan_layout(objects: list[str], k: int, seed: int = 0) -> tuple[tuple[str, .
 
 
 def draw_layouts(k_a: int, k_b: int, seed: int) -> Iterator[tuple[int, int]]:
-    """Endless (layout of A, layout of B) per pair: each block of k_a * k_b pairs runs every
-    combination once, in an order shuffled by (seed, block). Random, yet balanced at the end
-    of every block, so every layout of a side meets every layout of the other alike and a
-    layout mean is not tilted by which partners it happened to draw."""
-    combos = [(a, b) for a in range(k_a) for b in range(k_b)]
+    """Endless (layout of A, layout of B) per pair, in blocks that each run every combination
+    of their layouts once, in an order shuffled by (seed, block). The first blocks take a
+    side's first 2, then 4, 8, ... layouts (at most its k), so that a few layouts a side have
+    the pairs the random-effects interval needs early (``stats.layouts.MIN_PAIRS_PER_LAYOUT``
+    each: 20 pairs give 4 layouts a side 4 pairs or more), and a workload whose pairs take
+    seconds is judged within its budget on the layouts drawn so far instead of none; each
+    block after them runs all k_a * k_b. Random, yet balanced at the end of every block, so
+    every layout of a side meets the layouts of the other alike and a layout mean is not
+    tilted by which partners it happened to draw."""
     block = 0
     while True:
-        order = list(combos)
+        width = 2 << block  # 2, 4, 8, ...
+        ka, kb = min(k_a, width), min(k_b, width)
+        order = [(a, b) for a in range(ka) for b in range(kb)]
         random.Random(f"hakmem-layout-draw:{seed}:{block}").shuffle(order)
         yield from order
         block += 1

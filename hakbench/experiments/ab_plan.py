@@ -382,9 +382,10 @@ def layout_cells(spec: ABSpec, cells: dict) -> dict:
 
 class LayoutDraws:
     """The layouts (of A, of B) of each pair of each workload: a warm-up pair cycles through
-    them, the measured pairs follow ``engine.layouts.draw_layouts`` (every combination once
-    per block, shuffled) seeded by the call's seed and the workload, so a resumed run draws
-    the same layouts for the same slots."""
+    them, the measured pairs follow ``engine.layouts.draw_layouts`` (every combination of a
+    block's layouts once, shuffled; the first blocks take 2, 4, 8, ... layouts a side)
+    seeded by the call's seed and the workload, so a resumed run draws the same layouts for
+    the same slots."""
 
     def __init__(self, spec: ABSpec, layouts: dict):
         self.spec, self.drawn, self.iters = spec, {}, {}

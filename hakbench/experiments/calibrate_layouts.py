@@ -4,13 +4,13 @@ them, ``hakbench.stats.layouts`` reads them).
 
 The run is one fixed-count ``ab`` (``run_ab``) of the work tree's build against itself with
 ``--layouts K``, in ``<out>/ab``: both sides draw from the same K libraries (every
-combination once per block of K*K pairs), so the pairs' log ratios hold the layouts' own
-effects twice over and nothing else. Per workload: the pair spread (robust SD of the log
-ratios), the layout spread (the SD of the layouts' own effects, the pairs' noise removed:
-``layout_spread``), each layout's effect, whether any combination of layouts was
-LAYOUT-SENSITIVE, and the floor a two-code A/B with K = 4 and 8 layouts a side would have.
-A stop keeps every finished pair (the ab's samples.jsonl); ``calibrate --resume DIR``
-finishes the same ab. A finished run is this machine's record
+combination once per block of K*K pairs, after the first blocks of 2x2, 4x4, ...), so the
+pairs' log ratios hold the layouts' own effects twice over and nothing else. Per workload:
+the pair spread (robust SD of the log ratios), the layout spread (the SD of the layouts'
+own effects, the pairs' noise removed: ``layout_spread``), each layout's effect, whether
+any combination of layouts was LAYOUT-SENSITIVE, and the floor a two-code A/B with K = 4
+and 8 layouts a side would have. A stop keeps every finished pair (the ab's samples.jsonl);
+``calibrate --resume DIR`` finishes the same ab. A finished run is this machine's record
 (``results/runs/calibration/<fingerprint>/layouts.json``, beside the run-length and noise
 calibrations); ``results/calibration/layouts.json`` is the lab machine's, committed, which
 the scorecard shows beside the noise floor.

@@ -25,7 +25,11 @@ of n / K pairs, and s^2 / K is the variance of their mean, so
 
     median +- t_df * sqrt(sum over sides of s^2 / K),   df by Welch-Satterthwaite (K - 1 a side)
 
-is a t-interval of the familiar kind: with 4 layouts a side, df <= 6. The noise is counted
+is a t-interval of the familiar kind: with 4 layouts a side, df <= 6. K is the layouts a
+side that have MIN_PAIRS_PER_LAYOUT pairs so far: the draw takes a side's layouts in by
+blocks (2, then 4, 8, ... up to all of them), so a call whose pairs take seconds has an
+interval from a few layouts (wide: few layouts, few degrees of freedom) instead of none
+while its pairs are too few to give every layout of 16 its three. The noise is counted
 once per side (so twice when both sides have layouts: on the safe side) rather than
 estimated and subtracted: the difference of two noisy variances has no good degrees of
 freedom (Satterthwaite's collapse towards 1 while the noise dominates, or claim infinity
@@ -91,8 +95,11 @@ class SideSpread:
     k: int
     medians: tuple[float, ...]  # per layout (0..k-1), the median log ratio of its pairs
     pairs: tuple[int, ...]
-    sd_raw: float  # SD of those medians
+    sd_raw: float  # SD of the medians of the layouts used
     sd: float  # sigma_hat: the same with the pairs' noise removed (>= 0)
+    # the layouts with MIN_PAIRS_PER_LAYOUT pairs, which the interval is from (all k once the
+    # pairs have met every layout: engine.layouts.draw_layouts takes them in by blocks)
+    used: int
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,9 @@ class LayoutSpread:
     sd: float  # sigma_hat pooled over the sides with more than one layout
     sd_raw: float  # the SD of the layout medians, pooled likewise, noise included
     sides: dict = field(default_factory=dict)  # "A" / "B" -> SideSpread (k > 1 only)
-    complete: bool = True  # every layout of every side has MIN_PAIRS_PER_LAYOUT pairs
+    # every side with layouts has two or more with MIN_PAIRS_PER_LAYOUT pairs (the interval
+    # is from those; open until then)
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -205,23 +214,32 @@ def layout_spread(
         if k < 2:
             continue
         medians, counts = _group_medians(x, labels, k)
-        if min(counts) < MIN_PAIRS_PER_LAYOUT:
+        # the layouts the pairs have met enough: which ones depends on the draw's order only
+        # (engine.layouts.draw_layouts), never on the values, so leaving the others out of
+        # this look biases nothing; it only has fewer layouts (a wider t) until they come in
+        used = [i for i, c in enumerate(counts) if c >= MIN_PAIRS_PER_LAYOUT]
+        if len(used) < 2:
             complete = False
             continue
-        raw = float(np.var(medians, ddof=1))
-        noise = v * n * float(np.mean([1 / c for c in counts]))
+        raw = float(np.var([medians[i] for i in used], ddof=1))
+        noise = v * n * float(np.mean([1 / counts[i] for i in used]))
         sides[name] = SideSpread(
-            k, tuple(medians), tuple(counts), math.sqrt(raw), math.sqrt(max(0.0, raw - noise))
+            k,
+            tuple(medians),
+            tuple(counts),
+            math.sqrt(raw),
+            math.sqrt(max(0.0, raw - noise)),
+            len(used),
         )
     # the random-effects interval's variance: the layout medians' own variance (noise
     # included: a cluster-mean interval, exact in form, which counts the noise once per side)
-    terms = [s.sd_raw**2 / s.k for s in sides.values()]
-    df_denominator = sum(t * t / (s.k - 1) for t, s in zip(terms, sides.values(), strict=True))
+    terms = [s.sd_raw**2 / s.used for s in sides.values()]
+    df_denominator = sum(t * t / (s.used - 1) for t, s in zip(terms, sides.values(), strict=True))
     interval_var = sum(terms) if terms else v
     df = interval_var**2 / df_denominator if df_denominator > 0 else math.inf
-    dofs = sum(s.k - 1 for s in sides.values())
+    dofs = sum(s.used - 1 for s in sides.values())
     pooled = (
-        (lambda f: math.sqrt(sum((s.k - 1) * f(s) ** 2 for s in sides.values()) / dofs))
+        (lambda f: math.sqrt(sum((s.used - 1) * f(s) ** 2 for s in sides.values()) / dofs))
         if dofs
         else (lambda f: math.nan)
     )
@@ -229,7 +247,7 @@ def layout_spread(
         n,
         est,
         noise_se,
-        math.sqrt(sum(s.sd**2 / s.k for s in sides.values())),
+        math.sqrt(sum(s.sd**2 / s.used for s in sides.values())),
         math.sqrt(interval_var),
         df,
         pooled(lambda s: s.sd),
@@ -242,7 +260,8 @@ def layout_spread(
 def random_effects_bounds(spread: LayoutSpread, alpha: float) -> tuple[float, float]:
     """(low, high) of the random-effects interval for mu, each bound missing its side with
     probability ``alpha`` (so a two-sided interval at 1 - 2 alpha); open (+-inf) while a
-    layout has too few pairs. Without layouts: a normal interval from the noise alone."""
+    side has fewer than two layouts with their pairs. Without layouts: a normal interval
+    from the noise alone."""
     if not spread.complete or spread.n < 2 or not math.isfinite(spread.interval_se):
         return (-math.inf, math.inf)
     df = spread.df if math.isinf(spread.df) else max(1.0, math.floor(spread.df * 100) / 100)
@@ -252,9 +271,10 @@ def random_effects_bounds(spread: LayoutSpread, alpha: float) -> tuple[float, fl
 
 def layout_floor(spread: LayoutSpread, alpha: float) -> float:
     """The half-width, at one-sided level ``alpha``, that the random-effects interval tends
-    to as pairs accumulate: the layouts' own term (noise removed), which no number of pairs
-    narrows. An INCONCLUSIVE call whose distance to a decision is below it needs more
-    layouts, not more pairs. NaN when the spread is not known yet."""
+    to as pairs accumulate: the layouts' own term (noise removed) over all k layouts a side
+    (the pairs meet every one in time), which no number of pairs narrows. An INCONCLUSIVE
+    call whose distance to a decision is below it needs more layouts, not more pairs. NaN
+    when the spread is not known yet."""
     terms = [s.sd**2 / s.k for s in spread.sides.values()]
     if not spread.complete or not terms:
         return math.nan if not spread.complete else 0.0

@@ -62,8 +62,10 @@ RULE = (
 )
 LAYOUT_RULE = (
     "Code layouts ({k_a} of A, {k_b} of B): each pair drew one layout a side (every "
-    "combination once per block, shuffled); every interval above is the hull of the plain one "
-    "and a random-effects interval from the layout medians (hakbench.stats.layouts), so the "
+    "combination once per block, shuffled; the first blocks take 2, 4, 8, ... layouts a "
+    "side, and an interval is from the layouts with 3 pairs or more so far); every interval "
+    "above is the hull of the plain one and a random-effects interval from the layout "
+    "medians (hakbench.stats.layouts), so the "
     "verdict holds for the change averaged over layouts, not for the ones drawn, and an "
     "effect within the layouts' spread is never GO/NO-GO. A sequential workload stops "
     "INCONCLUSIVE, reason layout-limited, as soon as the layouts' floor alone (the part of "
