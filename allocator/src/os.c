@@ -398,8 +398,10 @@ void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
     // A shrinking heap's freed slots go now, the floor's too (see HAK_SHRINK_BYTES): a thread
     // that freed 100 MiB of 1-16 KiB blocks and then waited for another kept the last 10 ms of
     // its frees resident, for good.
-    if (hak_heap_shrinking(heap) && (ss->dirty_mask & ss->free_page_mask))
+    if (hak_heap_shrinking(heap) && (ss->dirty_mask & ss->free_page_mask)) {
         hak_superslab_purge(ss, 0);
+        hak_stat_add(ss_os, shrink_purge, 1);
+    }
     uint32_t dirty = slots_beyond_floor(ss);
     uint64_t delay = purge_delay();
     if (!dirty) {

@@ -37,6 +37,7 @@
     X(mprotect)            /* page slots made writable at their first use */                       \
     X(slot_purge_kb)       /* free page slots of live superslabs given back (madvise DONTNEED) */  \
     X(block_purge_kb)      /* idle free medium blocks given back (lean policy)                 */  \
+    X(shrink_purge)        /* purges by a shrinking heap, before the delay (HAK_SHRINK_BYTES)  */  \
     X(huge_alloc)          /* superslabs backed by huge pages */                                   \
     X(huge_fail)           /* huge page attempts that fell back */                                 \
     X(cache_hit)           /* superslab taken from the empty-superslab cache */                    \
