@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hakbench.stats import drift
 from hakbench.stats.layouts import (
+    MIN_PAIRS_PER_LAYOUT,
     SEQUENTIAL_SHARE,
     layout_floor,
     layout_look,
@@ -63,7 +64,8 @@ RULE = (
 LAYOUT_RULE = (
     "Code layouts ({k_a} of A, {k_b} of B): each pair drew one layout a side (every "
     "combination once per block, shuffled; the first blocks take 2, 4, 8, ... layouts a "
-    "side, and an interval is from the layouts with 3 pairs or more so far); every interval "
+    "side, and an interval is from the layouts with " + str(MIN_PAIRS_PER_LAYOUT) + " pairs "
+    "or more so far); every interval "
     "above is the hull of the plain one and a random-effects interval from the layout "
     "medians (hakbench.stats.layouts), so the "
     "verdict holds for the change averaged over layouts, not for the ones drawn, and an "
