@@ -18,7 +18,7 @@
 //     no byte is copied).
 //   - freed regions go to a cache: up to HAK_LARGE_CACHE_COUNT regions and as many bytes as
 //     the program recently had live (HAK_LARGE_CACHE_BYTES at least, see below), each purged
-//     once it has waited HAK_LARGE_PURGE_DELAY_NS, under both policies: still mapped, no longer
+//     once it has waited its policy's delay (1 s speed-first, 100 ms lean): still mapped, no longer
 //     resident. A request takes the smallest cached region that holds it: whole when it is at
 //     most twice the request (the rest stays mapped behind the block, so a realloc that grows
 //     it back needs no syscall and no fault; the lean policy purges that rest when the
@@ -84,7 +84,15 @@
 // round's had freed: ~390,000 page faults a run against ~77,000 under speed-first. Without the
 // exit purge, 10 ms still left ~240,000, 50 ms ~110,000 on a quiet VM but 160,000-240,000 when
 // other jobs slowed the run (the delay is wall-clock time), 100 ms 125,000-145,000 then.
-#define HAK_LARGE_PURGE_DELAY_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
+// Speed-first waits 1 s: mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced
+// every ~2 ms) leaves some cached regions unused for longer than 100 ms, which were purged and
+// faulted in again when a request took them: 44 purges and 268,000-294,000 page faults a run,
+// 1.6x tcmalloc's, against 140,000 with 1 s, at the same peak RSS (the peak is the live blocks
+// and the one being replaced, not what waits in the cache; docs/notebook/2026-12-03.md).
+// bench_large pays for it: 420 MB peak against 395, at 0.9x the time. The lean policy keeps
+// 100 ms.
+#define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
+#define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
@@ -710,7 +718,9 @@ void hak_large_free(void *p) {
     int cached = cache_count < HAK_LARGE_CACHE_COUNT && cache_bytes + e->map_size <= limit;
     size_t map_size = e->map_size;
     if (cached) {
-        uint64_t due = hak_coarse_now_ns() + HAK_LARGE_PURGE_DELAY_NS;
+        uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_PURGE_DELAY_LEAN_NS
+                                                         : HAK_LARGE_PURGE_DELAY_NS;
+        uint64_t due = hak_coarse_now_ns() + delay;
         e = coalesce(e, &due);
         cache_add(e, due);
         purge_due_locked();
