@@ -585,9 +585,8 @@ static void test_large_cache_serves_regrown_vector(void) {
 
 // Freed large regions stay cached and resident for reuse, then are purged once they have waited
 // past the cache's delay (1 s speed-first, 100 ms lean) and a later large free looks. Both
-// policies: the lean policy
-// also purged them at every thread exit until issue #30, which made a program whose threads
-// come and go a round at a time fault in every big block anew each round.
+// policies: the lean policy also purged them at every thread exit until issue #30, which made a
+// program whose threads come and go a round at a time fault in every big block anew each round.
 static void test_large_cache_purged_after_delay(void) {
     if (!allocator_is_hakmem() || !resident_bounds_apply()) return;
     enum { COUNT = 8 };
@@ -603,12 +602,13 @@ static void test_large_cache_purged_after_delay(void) {
         free(blocks[i]);
     size_t cached = resident_now();
     int lean = env_is("HAKMEM_SS_MEM_LEAN", "1");
-    usleep((lean ? 250 : 1250) * 1000);
+    int wait_ms = lean ? 250 : 1250; // the policy's delay and a margin
+    usleep((useconds_t)wait_ms * 1000);
     free(malloc(size)); // takes one cached region back and returns it: the others are due
     size_t after = resident_now();
     printf("%s: 4 MiB of freed large blocks resident %zu -> %zu KiB after free, "
            "%zu KiB after %d ms\n",
-           lean ? "lean" : "speed-first", live / KiB, cached / KiB, after / KiB, lean ? 250 : 1250);
+           lean ? "lean" : "speed-first", live / KiB, cached / KiB, after / KiB, wait_ms);
     CHECK(cached + MiB > live);      // kept for reuse at first
     CHECK(after + 3 * MiB < cached); // purged after the delay
 }
