@@ -17,7 +17,7 @@
 
 #include "internal.h"
 
-static hak_lock heaps_lock = HAK_LOCK_INIT;
+static hak_lock heaps_lock = HAK_LOCK_INIT(heaps);
 static hak_heap *heaps_live;   // every heap in use (for stats at exit)
 static hak_heap *heaps_unused; // released by exited threads, reused first
 static char *heaps_chunk;      // bump area for new heap structs
@@ -543,7 +543,7 @@ void hak_heap_for_each_live(void (*fn)(hak_heap *heap, void *arg), void *arg) {
 // superslab for good. Frees into its pages need no lock: they are remote frees for every
 // thread (an exited thread's go straight to the page: hak_heap_free_remote), collected at its
 // refills. Returns the block of class `cls`, or NULL.
-static hak_lock exited_lock = HAK_LOCK_INIT;
+static hak_lock exited_lock = HAK_LOCK_INIT(exited);
 static hak_heap *exited_heap;
 
 void *hak_heap_exited_alloc(unsigned cls, void *(*alloc)(hak_heap *heap, unsigned cls)) {

@@ -29,7 +29,7 @@ uintptr_t hak_remote_key;
 uintptr_t hak_canary_key;
 #endif
 
-static hak_lock init_lock = HAK_LOCK_INIT;
+static hak_lock init_lock = HAK_LOCK_INIT(init);
 static _Atomic int options_ready;
 static _Atomic int hooks_state; // 0 none, 1 being registered, 2 registered
 static pthread_key_t thread_key;

@@ -110,7 +110,7 @@ typedef struct hak_large {
 
 #define HAK_LARGE_TOMBSTONE ((uintptr_t)1)
 
-static hak_lock large_lock = HAK_LOCK_INIT;
+static hak_lock large_lock = HAK_LOCK_INIT(large);
 static hak_large *table;
 static size_t table_capacity; // a power of two
 static size_t table_used;     // live, cached and deleted slots

@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 __thread uint32_t hak_lock_tid __attribute__((tls_model("initial-exec")));
+hak_lock_counters hak_lock_stats[HAK_LOCK_COUNT];
 
 uint32_t hak_lock_tid_slow(void) {
     int saved = errno;
@@ -25,8 +27,16 @@ static void futex_call(_Atomic uint32_t *word, int op, uint32_t value) {
 
 #define HAK_LOCK_SPINS 100
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); // vDSO: no syscall, errno untouched
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void hak_lock_acquire_slow(hak_lock *lock, uint32_t self) {
     uint32_t word = atomic_load_explicit(&lock->word, memory_order_relaxed);
+    uint64_t waited_from = 0; // when it was first found held by another thread (0: not yet)
+    hak_lock_counters *counters = &hak_lock_stats[lock->id];
     for (unsigned spins = 0;; spins++) {
         if ((word & HAK_LOCK_TID_MASK) == self) { // ours already: one hold deeper
             if (atomic_compare_exchange_weak_explicit(&lock->word, &word, word + HAK_LOCK_DEPTH_ONE,
@@ -40,9 +50,17 @@ void hak_lock_acquire_slow(hak_lock *lock, uint32_t self) {
             uint32_t want =
                 self | HAK_LOCK_DEPTH_ONE | (spins > HAK_LOCK_SPINS ? HAK_LOCK_WAITERS : 0);
             if (atomic_compare_exchange_weak_explicit(&lock->word, &word, want,
-                                                      memory_order_acquire, memory_order_relaxed))
+                                                      memory_order_acquire, memory_order_relaxed)) {
+                if (waited_from)
+                    atomic_fetch_add_explicit(&counters->wait_ns, now_ns() - waited_from,
+                                              memory_order_relaxed);
                 return;
+            }
             continue;
+        }
+        if (!waited_from) {
+            waited_from = now_ns();
+            atomic_fetch_add_explicit(&counters->contended, 1, memory_order_relaxed);
         }
         if (spins < HAK_LOCK_SPINS) {
             __builtin_ia32_pause();
@@ -53,6 +71,7 @@ void hak_lock_acquire_slow(hak_lock *lock, uint32_t self) {
             !atomic_compare_exchange_weak_explicit(&lock->word, &word, word | HAK_LOCK_WAITERS,
                                                    memory_order_relaxed, memory_order_relaxed))
             continue;
+        atomic_fetch_add_explicit(&counters->sleeps, 1, memory_order_relaxed);
         futex_call(&lock->word, FUTEX_WAIT, word | HAK_LOCK_WAITERS);
         word = atomic_load_explicit(&lock->word, memory_order_relaxed);
     }

@@ -30,6 +30,8 @@
       "print the SS_OS_STATS group: superslab and OS events (mmap, munmap, cache)") \
     X(LARGE_STATS, BOOL, "0", HAK_ALL_VARIANTS, "", "", \
       "print the LARGE_STATS group: blocks above 32 KiB or over-aligned (own region each)") \
+    X(LOCK_STATS, BOOL, "0", HAK_ALL_VARIANTS, "", "", \
+      "print the LOCK_STATS group: per lock, waits for another thread's hold (and takes)") \
     X(HEAP_STATS, BOOL, "0", HAK_HOT_VARIANTS, "", "", \
       "print the HEAP_STATS group: per-class fast/slow allocations (fast: compiled=0)") \
     X(FRONT_CLASS, BOOL, "0", HAK_HOT_VARIANTS, "", "", \

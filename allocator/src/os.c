@@ -28,7 +28,7 @@
 #include "internal.h"
 #include "options.h"
 
-static hak_lock cache_lock = HAK_LOCK_INIT;
+static hak_lock cache_lock = HAK_LOCK_INIT(cache);
 static hak_superslab *cache_first;
 static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).

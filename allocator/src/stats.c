@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "lock.h"
 #include "options.h"
 
 hak_ss_os_stats hak_stats_ss_os;
@@ -83,6 +84,26 @@ static void format_large(line_buffer *b) {
 #define HAK_APPEND(field) append_key(b, "", #field, LOAD(hak_stats_large, field));
     HAK_LARGE_STATS_FIELDS(HAK_APPEND)
 #undef HAK_APPEND
+}
+
+// Per lock (lock.h): <name>_acquire (HAK_STATS_HOT builds only), <name>_contended,
+// <name>_sleeps, <name>_wait_us.
+static void format_lock(line_buffer *b) {
+    start(b, "LOCK_STATS");
+    static const char *const names[HAK_LOCK_COUNT] = {
+#define HAK_LOCK_NAME(name) #name,
+        HAK_LOCKS(HAK_LOCK_NAME)
+#undef HAK_LOCK_NAME
+    };
+    for (unsigned i = 0; i < HAK_LOCK_COUNT; i++) {
+        const hak_lock_counters *c = &hak_lock_stats[i];
+        char prefix[24];
+        snprintf(prefix, sizeof prefix, "%s_", names[i]);
+        if (HAK_STATS_HOT) append_key(b, prefix, "acquire", LOAD((*c), acquire));
+        append_key(b, prefix, "contended", LOAD((*c), contended));
+        append_key(b, prefix, "sleeps", LOAD((*c), sleeps));
+        append_key(b, prefix, "wait_us", LOAD((*c), wait_ns) / 1000);
+    }
 }
 
 #if HAK_STATS_HOT
@@ -199,6 +220,7 @@ void hak_stats_print(void) {
     }
 #define format_group_SS_OS_STATS(b, s)     format_ss_os(b)
 #define format_group_LARGE_STATS(b, s)     format_large(b)
+#define format_group_LOCK_STATS(b, s)      format_lock(b)
 #define format_group_HEAP_STATS(b, s)      format_heap(b, s)
 #define format_group_FRONT_CLASS(b, s)     format_front_class(b, s)
 #define format_group_TINY_HEAP_STATS(b, s) format_path(b, "TINY_HEAP_STATS", &hak_front_tinyheap, s)

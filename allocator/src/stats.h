@@ -22,6 +22,7 @@
 #define HAK_STATS_GROUPS(X)                                                                        \
     X(SS_OS_STATS, COLD)                                                                           \
     X(LARGE_STATS, COLD)                                                                           \
+    X(LOCK_STATS, COLD)                                                                            \
     X(HEAP_STATS, HOT)                                                                             \
     X(FRONT_CLASS, HOT)                                                                            \
     X(TINY_HEAP_STATS, PATH)                                                                       \

@@ -15,7 +15,7 @@ void hak_registry_set(uintptr_t chunk, unsigned value) {
                           memory_order_release);
 }
 
-static hak_lock abandoned_lock = HAK_LOCK_INIT;
+static hak_lock abandoned_lock = HAK_LOCK_INIT(abandoned);
 static hak_superslab *abandoned_first, *abandoned_last;
 static _Atomic size_t abandoned_count; // read without the lock as a hint
 
