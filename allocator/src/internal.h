@@ -269,6 +269,10 @@ typedef struct hak_front {
 
 #include "stats.h"
 
+// Large regions a heap keeps for its own thread (large.c, "the heap's large cache"): up to this
+// many, each of at most HAK_LARGE_HEAP_REGION_MAX bytes.
+#define HAK_LARGE_HEAP_CACHE 4
+
 typedef struct hak_heap {
     // Page malloc pops from; &hak_page_empty if none. The extra entry, HAK_CLASS_NONE, stays
     // empty forever: the mid sizes this process does not serve (hak_small_max) map to it, so
@@ -313,6 +317,13 @@ typedef struct hak_heap {
     uint32_t idle_countdown;
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
+    // Large regions this thread freed, kept for its next large blocks (speed-first; large.c):
+    // their addresses, sizes and purge deadlines, oldest first (one slot more for the free that
+    // overflows it, whose oldest then goes). Changed under the large lock.
+    uintptr_t large_block[HAK_LARGE_HEAP_CACHE + 1];
+    size_t large_size[HAK_LARGE_HEAP_CACHE + 1];
+    uint64_t large_due[HAK_LARGE_HEAP_CACHE + 1];
+    uint32_t large_count;
     struct hak_heap *next_live, *prev_live;
     // Nonzero while its thread is inside a slow path that changes the heap's lists (and while
     // the heap is being created or destroyed). A fork child adopts the heaps of the parent's
@@ -808,6 +819,10 @@ void hak_route_print(void);
 // --- large.c
 void *hak_large_alloc(size_t size, size_t alignment, int zero);
 void hak_large_free(void *p);
+// The heap's large regions go to the shared cache: all of them (its thread exits), or those
+// whose purge deadline passed (its sweeps).
+void hak_large_heap_flush(struct hak_heap *heap);
+void hak_large_heap_purge_due(struct hak_heap *heap);
 size_t hak_large_usable(const char *func, void *p);
 void *hak_large_realloc(void *p, size_t size);
 void hak_large_fork_prepare(void);

@@ -420,13 +420,67 @@ void hak_large_purge_due(void) {
     hak_lock_release(&large_lock);
 }
 
-// malloc_trim: every cached region not purged yet, and every pending tail, purged now.
+static hak_heap *cache_heap(void); // (the heap's large cache, below)
+
+// malloc_trim: the calling thread's heap's regions to the shared cache, then every cached
+// region not purged yet, and every pending tail, purged now.
 // Returns the bytes.
 size_t hak_large_trim(void) {
+    hak_heap *heap = cache_heap(); // (other threads' heaps are theirs: at most their few regions)
+    if (heap) hak_large_heap_flush(heap);
     hak_lock_acquire(&large_lock);
     size_t dropped = purge_until(UINT64_MAX);
     hak_lock_release(&large_lock);
     return dropped;
+}
+
+// The heap's large cache. Under the speed-first policy a thread keeps up to
+// HAK_LARGE_HEAP_CACHE regions of at most HAK_LARGE_HEAP_REGION_MAX that it freed, for its own
+// next large blocks: a free puts the region there, a request takes the smallest that holds it
+// whole (at most twice the request, as from the shared cache). The region's entry stays in the
+// table, marked as in a heap's cache, so a second free of it or a stale pointer is reported as
+// before. What this saves is the shared cache's work under the lock: its linear scan, the
+// coalescing, the byte bound, the eviction (a take or a put here is a table lookup and a few
+// stores; the lock is still taken for the entry). The oldest region goes to the shared cache
+// when a fifth comes, when its deadline (the shared cache's delay, from its free) has passed at
+// one of its thread's frees or sweeps, and all of them at the thread's exit. A thread without a
+// heap, the lean policy (memory first) and the secure build (no cache at all) do without.
+#define HAK_LARGE_HEAP_REGION_MAX ((size_t)1 << 20)
+
+static hak_heap *cache_heap(void) {
+    hak_heap *heap = hak_tls_heap;
+    return heap != &hak_heap_empty && !hak_option[HAK_OPT_SS_MEM_LEAN] ? heap : NULL;
+}
+
+// Takes the heap's region i out of its cache; returns its entry. Under the lock.
+static hak_large *heap_cache_remove(hak_heap *heap, unsigned i, uint64_t *due) {
+    hak_large *e = table_find(heap->large_block[i]);
+    *due = heap->large_due[i];
+    heap->large_count--;
+    for (unsigned j = i; j < heap->large_count; j++) {
+        heap->large_block[j] = heap->large_block[j + 1];
+        heap->large_size[j] = heap->large_size[j + 1];
+        heap->large_due[j] = heap->large_due[j + 1];
+    }
+    e->cached = 0;
+    return e;
+}
+
+// The heap's region for a request of `need` bytes aligned to `alignment`, taken out of its cache
+// (usable = need), or NULL. Under the lock.
+static hak_large *heap_cache_take(hak_heap *heap, size_t need, size_t alignment) {
+    unsigned best = HAK_LARGE_HEAP_CACHE;
+    for (unsigned i = 0; i < heap->large_count; i++) {
+        size_t size = heap->large_size[i];
+        if (size < need || size / 2 > need || (heap->large_block[i] & (alignment - 1))) continue;
+        // The smallest, and of those the one freed last (the warmest in the CPU's caches).
+        if (best == HAK_LARGE_HEAP_CACHE || size <= heap->large_size[best]) best = i;
+    }
+    if (best == HAK_LARGE_HEAP_CACHE) return NULL;
+    uint64_t due;
+    hak_large *e = heap_cache_remove(heap, best, &due);
+    e->usable = need;
+    return e;
 }
 
 #ifdef HAK_SECURE
@@ -527,10 +581,20 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     (void)zero; // every block is a fresh mapping
     return secure_alloc(need, alignment);
 #endif
+    hak_heap *heap = cache_heap();
     hak_lock_acquire(&large_lock);
+    hak_large *e = heap && heap->large_count ? heap_cache_take(heap, need, alignment) : NULL;
+    if (e) {
+        hak_lock_release(&large_lock);
+        hak_stat_add(large, heap_cache_hit, 1);
+        hak_stat_add(large, alloc, 1);
+        hak_stat_add(large, live_kb, need / 1024);
+        if (zero) memset((void *)e->block, 0, need); // (see below: its last user wrote it)
+        return (void *)e->block;
+    }
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     uint64_t due = 0;
-    hak_large *e = cache_count ? cache_take(need, alignment, &due) : NULL;
+    e = cache_count ? cache_take(need, alignment, &due) : NULL;
     if (e) {
         e->usable = need;
         void *block = (void *)e->block;
@@ -689,19 +753,11 @@ static unsigned eviction_victim(void) {
 
 #define HAK_LARGE_EVICT_MAX 16 // regions unmapped to make room for one freed region, at most
 
-void hak_large_free(void *p) {
-    hak_lock_acquire(&large_lock);
-    hak_large *e = live_entry("free", p);
-    hak_stat_add(large, free, 1);
-    hak_stat_sub(large, live_kb, e->usable / 1024);
-#ifdef HAK_SECURE
-    secure_free(e);
-    hak_lock_release(&large_lock);
-    return;
-#endif
-    size_t live =
-        (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
-    size_t limit = cache_limit(live + e->usable);
+// Puts freed region e into the shared cache, to be purged at `due` (0: its policy's delay
+// from now), or unmaps it when the cache has no room for it; under the lock, which it
+// releases. `live`: the large bytes live just before the free.
+static void cache_put_unlock(hak_large *e, uint64_t due, size_t live) {
+    size_t limit = cache_limit(live);
     // Room is made (the old regions unmapped once the lock is released) unless the region alone
     // is over the bound.
     uintptr_t evicted[HAK_LARGE_EVICT_MAX];
@@ -716,17 +772,19 @@ void hak_large_free(void *p) {
         old->block = HAK_LARGE_TOMBSTONE;
     }
     int cached = cache_count < HAK_LARGE_CACHE_COUNT && cache_bytes + e->map_size <= limit;
+    uintptr_t block = e->block;
     size_t map_size = e->map_size;
     if (cached) {
-        uint64_t delay = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_PURGE_DELAY_LEAN_NS
-                                                         : HAK_LARGE_PURGE_DELAY_NS;
-        uint64_t due = hak_coarse_now_ns() + delay;
+        if (!due)
+            due = hak_coarse_now_ns() + (hak_option[HAK_OPT_SS_MEM_LEAN]
+                                             ? HAK_LARGE_PURGE_DELAY_LEAN_NS
+                                             : HAK_LARGE_PURGE_DELAY_NS);
         e = coalesce(e, &due);
         cache_add(e, due);
         purge_due_locked();
     } else {
         e->block = HAK_LARGE_TOMBSTONE;
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = (uintptr_t)p;
+        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = block;
     }
     hak_lock_release(&large_lock);
     for (unsigned i = 0; i < evict_count; i++) {
@@ -739,7 +797,72 @@ void hak_large_free(void *p) {
         return;
     }
     hak_stat_mapped(-(long)map_size);
-    hak_os_unmap(p, map_size);
+    hak_os_unmap((void *)block, map_size);
+}
+
+static size_t live_large_bytes(void) {
+    return (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
+}
+
+// The oldest region of the heap's cache to the shared cache (or unmapped); under the lock,
+// which it releases.
+static void heap_cache_evict_unlock(hak_heap *heap) {
+    uint64_t due;
+    hak_large *e = heap_cache_remove(heap, 0, &due);
+    cache_put_unlock(e, due, live_large_bytes());
+}
+
+void hak_large_heap_flush(hak_heap *heap) {
+    while (heap->large_count) {
+        hak_lock_acquire(&large_lock);
+        if (heap->large_count)
+            heap_cache_evict_unlock(heap);
+        else
+            hak_lock_release(&large_lock);
+    }
+}
+
+void hak_large_heap_purge_due(hak_heap *heap) {
+    if (!heap->large_count) return;
+    uint64_t now = hak_coarse_now_ns();
+    while (heap->large_count && heap->large_due[0] <= now) {
+        hak_lock_acquire(&large_lock);
+        heap_cache_evict_unlock(heap);
+    }
+}
+
+void hak_large_free(void *p) {
+    hak_lock_acquire(&large_lock);
+    hak_large *e = live_entry("free", p);
+    hak_stat_add(large, free, 1);
+    hak_stat_sub(large, live_kb, e->usable / 1024);
+#ifdef HAK_SECURE
+    secure_free(e);
+    hak_lock_release(&large_lock);
+    return;
+#endif
+    size_t live = live_large_bytes() + e->usable;
+    hak_heap *heap = cache_heap();
+    if (!heap || e->map_size > HAK_LARGE_HEAP_REGION_MAX) {
+        cache_put_unlock(e, 0, live);
+        return;
+    }
+    uint64_t now = hak_coarse_now_ns();
+    unsigned n = heap->large_count;
+    e->cached = 2; // (in a heap's cache: freed, for live_entry)
+    e->usable = 0;
+    heap->large_block[n] = e->block;
+    heap->large_size[n] = e->map_size;
+    heap->large_due[n] = now + HAK_LARGE_PURGE_DELAY_NS;
+    heap->large_count = n + 1;
+    hak_stat_add(large, heap_cache_put, 1);
+    // A fifth region, or an oldest one whose delay ran out: the oldest to the shared cache.
+    if (heap->large_count <= HAK_LARGE_HEAP_CACHE && heap->large_due[0] > now) {
+        hak_lock_release(&large_lock);
+        return;
+    }
+    heap_cache_evict_unlock(heap);
+    hak_large_heap_purge_due(heap); // (and any other whose delay ran out)
 }
 
 size_t hak_large_usable(const char *func, void *p) {
@@ -855,6 +978,8 @@ void *hak_large_realloc(void *p, size_t size) {
 // Out of address space (hak_os_release_cached): every cached region, and the untaken rest of
 // the current chunk, unmapped. Returns the bytes.
 size_t hak_large_release_cache(void) {
+    hak_heap *heap = cache_heap();
+    if (heap) hak_large_heap_flush(heap);
     hak_lock_acquire(&large_lock);
     size_t released = 0;
 #ifdef HAK_SECURE

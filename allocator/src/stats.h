@@ -58,6 +58,8 @@
     X(cache_hit)        /* served from the cache of freed large regions */                         \
     X(cache_put)        /* freed regions kept in that cache */                                     \
     X(cache_evict)      /* cached regions unmapped to make room for a freed one */                 \
+    X(heap_cache_hit)   /* served from the freeing thread's own cached regions (speed-first) */    \
+    X(heap_cache_put)   /* freed regions kept in the freeing thread's own cache */                 \
     X(mapped)           /* served by a new mapping */                                              \
     X(mremap)           /* realloc growths done by mremap (in place or moved, never copied) */     \
     X(realloc_in_place) /* reallocs that kept the block where it was */                            \

@@ -231,10 +231,51 @@ static void test_realloc_move_races_mapping(int rounds) {
     CHECK(wrong == 0);
 }
 
+// A thread that frees large blocks and exits leaves their regions for the threads that go on:
+// libhakmem's speed-first policy keeps a thread's last few freed regions of up to 1 MiB for
+// that thread alone, and its exit hands them to the shared cache, where the next requests of
+// the same size find them (the same addresses). Kept by the exited heap instead, they would
+// stay mapped and resident for good, and the requests would get fresh mappings.
+enum { EXIT_BLOCKS = 4 };
+static const size_t exit_block_size = 512 * KiB; // above every size class, within 1 MiB
+static void *free_large_and_exit(void *arg) {
+    void **blocks = arg;
+    free(malloc(64)); // a heap of its own, as any thread that allocates small blocks has
+    for (int i = 0; i < EXIT_BLOCKS; i++) {
+        blocks[i] = malloc(exit_block_size);
+        if (blocks[i]) memset(blocks[i], 0x5a, exit_block_size);
+    }
+    for (int i = 0; i < EXIT_BLOCKS; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+static void test_exited_thread_leaves_its_large_regions(void) {
+    if (!allocator_is_hakmem()) return; // (other allocators place blocks as they please)
+    void *freed[EXIT_BLOCKS] = {0};
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, free_large_and_exit, freed) == 0)) return;
+    pthread_join(thread, NULL);
+    void *again[EXIT_BLOCKS];
+    int reused = 0;
+    for (int i = 0; i < EXIT_BLOCKS; i++) {
+        again[i] = malloc(exit_block_size);
+        for (int j = 0; j < EXIT_BLOCKS; j++)
+            reused += again[i] && again[i] == freed[j];
+    }
+    printf("an exited thread's %d freed blocks of %zu KiB: %d of them served again\n", EXIT_BLOCKS,
+           exit_block_size / KiB, reused);
+    CHECK(reused == EXIT_BLOCKS);
+    for (int i = 0; i < EXIT_BLOCKS; i++)
+        free(again[i]);
+}
+
 int main(int argc, char **argv) {
     int iterations = argc > 1 ? atoi(argv[1]) : 80;
     printf("allocator: %s iterations=%d\n", allocator_name(), iterations);
     size_t initial = resident_now();
+    // First, while no other region is cached that its requests could take instead.
+    test_exited_thread_leaves_its_large_regions();
     // Before the churn, while no freed memory is cached anywhere, so each baseline is clean.
     test_memory_returns_after_free(4 * MiB, 128 * MiB);
     test_memory_returns_after_free(320 * KiB, 96 * MiB); // above every size class (256 KiB)
