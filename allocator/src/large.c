@@ -4,7 +4,7 @@
 // A region is a mapping of its own, or under the speed-first policy, up to 256 KiB, a span cut
 // from a larger chunk (HAK_LARGE_SPAN_MAX below); either way it is handled alike.
 // No header lives in the mapping. Their metadata is an entry in a hash table keyed by the
-// block address (under one lock; every large operation costs a syscall or a cache hit anyway):
+// block address (under one lock, held briefly: see "the heap's large cache" below):
 //   - free() and malloc_usable_size() find the entry or report the pointer: an address that
 //     is not the start of a live large block is an interior or foreign pointer, and one whose
 //     entry is in the cache was freed before (double free);
@@ -585,12 +585,13 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     hak_lock_acquire(&large_lock);
     hak_large *e = heap && heap->large_count ? heap_cache_take(heap, need, alignment) : NULL;
     if (e) {
+        void *block = (void *)e->block; // (the entry is the table's: not read once unlocked)
         hak_lock_release(&large_lock);
         hak_stat_add(large, heap_cache_hit, 1);
         hak_stat_add(large, alloc, 1);
         hak_stat_add(large, live_kb, need / 1024);
-        if (zero) memset((void *)e->block, 0, need); // (see below: its last user wrote it)
-        return (void *)e->block;
+        if (zero) memset(block, 0, need); // (see below: its last user wrote it)
+        return block;
     }
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     uint64_t due = 0;
