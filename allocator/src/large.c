@@ -814,12 +814,9 @@ static void heap_cache_evict_unlock(hak_heap *heap) {
 }
 
 void hak_large_heap_flush(hak_heap *heap) {
-    while (heap->large_count) {
+    while (heap->large_count) { // (its thread's, or a fork child's: nobody else changes it)
         hak_lock_acquire(&large_lock);
-        if (heap->large_count)
-            heap_cache_evict_unlock(heap);
-        else
-            hak_lock_release(&large_lock);
+        heap_cache_evict_unlock(heap);
     }
 }
 
