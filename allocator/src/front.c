@@ -24,16 +24,6 @@
 //                  (another slot, another block grid, fresh memory) at every crossing
 #include "internal.h"
 
-// A retained page carries no live block, so it leaves the free fast path (local_owner NULL): a
-// stale free() into it reaches the slow path, which reports the double free.
-static void retain_empty_page(hak_heap *heap, hak_page *page) {
-    hak_page_set_local_owner(page, NULL);
-    page->prev = NULL;
-    page->next = heap->spare[page->class_idx];
-    heap->spare[page->class_idx] = page;
-    heap->spare_count[page->class_idx]++;
-}
-
 static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->spare[cls];
     if (!page) return NULL;
@@ -97,50 +87,3 @@ HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)
 HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)
 HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, 4, 2, 0)
 HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
-
-// An owner free that missed the fast path: the page is on the full list (or the debug build
-// checks every free here).
-void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
-    hak_heap_enter(heap);
-    if (page->in_full) hak_heap_page_unfull(heap, page);
-    hak_link_set(block, page->local_free);
-    page->local_free = block;
-    if (--page->used <= 0) {
-        if (hak_class_kind[page->class_idx] == HAK_KIND_SMALL)
-            hak_heap_free_emptied(heap, page, block);
-        else
-            hak_heap_free_emptied_lifo(heap, page, block);
-    }
-    hak_heap_leave(heap);
-}
-
-// malloc_trim: the empty pages the fronts retain go back to their superslabs (whose free slots
-// hak_os_trim then purges).
-void hak_front_trim(hak_heap *heap) {
-    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
-        while (heap->spare[cls]) {
-            hak_page *page = heap->spare[cls];
-            heap->spare[cls] = page->next;
-            heap->spare_count[cls]--;
-            page->next = NULL;
-            hak_heap_release_page(heap, page);
-        }
-        // and the empty pages a medium or big class keeps in its queue (heap.c, current_emptied)
-        for (hak_page *page = heap->queue[cls].first, *next; page; page = next) {
-            next = page->next;
-            if (page->used != 0 || page == heap->direct[cls]) continue;
-            hak_heap_detach_page(heap, page);
-            hak_heap_release_page(heap, page);
-        }
-    }
-}
-
-// A page other than its class's current one emptied: retained while the front keeps fewer
-// than max_spare of its class, else given back to its superslab.
-void hak_front_page_emptied(hak_heap *heap, hak_page *page) {
-    hak_heap_detach_page(heap, page);
-    if (heap->spare_count[page->class_idx] < heap->route[page->class_idx]->max_spare)
-        retain_empty_page(heap, page);
-    else
-        hak_heap_release_page(heap, page);
-}

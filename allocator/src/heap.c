@@ -125,7 +125,7 @@ void hak_heap_free_delayed_blocks(hak_heap *heap) {
         hak_page *page = hak_page_of(ss, (uintptr_t)block);
         if (!hak_page_slot_holds(page, (uintptr_t)block)) hak_page_bad_link(block);
         if (page->block_size >= 16) ((uintptr_t *)block)[1] = 0; // the remote-free key
-        hak_front_free_local(heap, page, block);
+        hak_heap_free_local(heap, page, block);
         block = next;
     }
 }
@@ -166,7 +166,7 @@ void hak_heap_release_page(hak_heap *heap, hak_page *page) {
         hak_superslab_release(ss);
         return;
     }
-    hak_os_page_slot_freed(heap, ss);
+    hak_purge_slot_freed(heap, ss);
     if (ss != first) {
         // It has a free slot now: move it first, where fresh pages are taken from.
         unlink_superslab(heap, ss);
@@ -181,13 +181,65 @@ void hak_heap_detach_page(hak_heap *heap, hak_page *page) {
         queue_remove(&heap->queue[page->class_idx], page);
 }
 
+// A retained page carries no live block, so it leaves the free fast path (local_owner NULL): a
+// stale free() into it reaches the slow path, which reports the double free.
+static void retain_empty_page(hak_heap *heap, hak_page *page) {
+    hak_page_set_local_owner(page, NULL);
+    page->prev = NULL;
+    page->next = heap->spare[page->class_idx];
+    heap->spare[page->class_idx] = page;
+    heap->spare_count[page->class_idx]++;
+}
+
 // A page's last block came back (used == 0). The current page of its class is kept by every
-// front, so a malloc/free loop on one size does not map and unmap pages; any other page goes
-// to its front's retention policy, its lists checked in full first (hak_page_verify_empty).
+// front, so a malloc/free loop on one size does not map and unmap pages; any other page is
+// retained while the class's front keeps fewer than max_spare of its class, else given back to
+// its superslab, its lists checked in full first (hak_page_verify_empty).
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
     if (page == heap->direct[page->class_idx]) return;
     hak_page_verify_empty(page);
-    hak_front_page_emptied(heap, page);
+    hak_heap_detach_page(heap, page);
+    if (heap->spare_count[page->class_idx] < heap->route[page->class_idx]->max_spare)
+        retain_empty_page(heap, page);
+    else
+        hak_heap_release_page(heap, page);
+}
+
+// An owner free that missed the fast path: the page is on the full list (or the debug build
+// checks every free here).
+void hak_heap_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
+    hak_heap_enter(heap);
+    if (page->in_full) hak_heap_page_unfull(heap, page);
+    hak_link_set(block, page->local_free);
+    page->local_free = block;
+    if (--page->used <= 0) {
+        if (hak_class_kind[page->class_idx] == HAK_KIND_SMALL)
+            hak_heap_free_emptied(heap, page, block);
+        else
+            hak_heap_free_emptied_lifo(heap, page, block);
+    }
+    hak_heap_leave(heap);
+}
+
+// malloc_trim: the empty pages the fronts retain go back to their superslabs (whose free slots
+// hak_purge_trim then purges).
+void hak_heap_trim_spare(hak_heap *heap) {
+    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
+        while (heap->spare[cls]) {
+            hak_page *page = heap->spare[cls];
+            heap->spare[cls] = page->next;
+            heap->spare_count[cls]--;
+            page->next = NULL;
+            hak_heap_release_page(heap, page);
+        }
+        // and the empty pages a medium or big class keeps in its queue (heap.c, current_emptied)
+        for (hak_page *page = heap->queue[cls].first, *next; page; page = next) {
+            next = page->next;
+            if (page->used != 0 || page == heap->direct[cls]) continue;
+            hak_heap_detach_page(heap, page);
+            hak_heap_release_page(heap, page);
+        }
+    }
 }
 
 // An owner free brought `used` to 0 or below: below is a double free (block went onto
@@ -302,7 +354,7 @@ int hak_heap_adopt(hak_heap *heap, unsigned cls) {
         unlink_superslab(heap, ss);
         hak_superslab_release(ss);
     } else {
-        hak_os_page_slot_freed(heap, ss); // the slots of pages that emptied while abandoned
+        hak_purge_slot_freed(heap, ss); // the slots of pages that emptied while abandoned
     }
     return 1;
 }
@@ -311,7 +363,7 @@ int hak_heap_adopt(hak_heap *heap, unsigned cls) {
 // superslab, else any other, which is then moved first), else, if `may_map`, from a new
 // superslab (NULL if not).
 static hak_page *fresh_page(hak_heap *heap, unsigned cls, int may_map) {
-    unsigned kind = hak_class_kind[cls], affinity = hak_os_class_affinity(cls);
+    unsigned kind = hak_class_kind[cls], affinity = hak_arena_class_affinity(cls);
     hak_superslab *ss = heap->superslabs[kind];
     while (ss && !(ss->free_page_mask && ss->affinity == affinity))
         ss = ss->next;
@@ -323,6 +375,7 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls, int may_map) {
     if (!page) {
         if (!may_map) return NULL;
         ss = hak_superslab_acquire(heap, kind, affinity);
+        if (!ss && hak_release_cached()) ss = hak_superslab_acquire(heap, kind, affinity);
         if (!ss) return NULL;
         push_superslab(heap, ss);
         page = hak_superslab_page_alloc(ss);
@@ -342,18 +395,12 @@ static hak_page *fresh_page(hak_heap *heap, unsigned cls, int may_map) {
 // not for longer than this thread's next refill. (No bound on its length: a batch of any
 // length keeps exactly that one page from emptying, and a count would cost every remote free
 // an increment and a compare.)
+// A thread without a heap (the caller could not make one: wrappers.c, free_remote_call) frees
+// straight to the page.
 void hak_heap_free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, hak_block *block) {
-    // A thread that only frees gets a heap too: it holds the remote batch, and its thread-exit
-    // destructor flushes it. Not once that destructor has run: nothing would flush or destroy
-    // the new heap, and the batch would keep its page from ever emptying.
     if (heap == &hak_heap_empty) {
-        int saved = errno; // free() must preserve errno: creating the heap may fail (ENOMEM)
-        if (!hak_thread_exited) heap = hak_thread_init();
-        errno = saved;
-        if (!heap || heap == &hak_heap_empty) {
-            hak_page_free_remote(page, block, block);
-            return;
-        }
+        hak_page_free_remote(page, block, block);
+        return;
     }
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, remote_free, page->class_idx);
@@ -380,12 +427,12 @@ void hak_heap_note_abandoned_free(hak_heap *heap) {
     if (++heap->abandoned_frees < HAK_ABANDONED_FREES_PER_VISIT) return;
     heap->abandoned_frees = 0;
     hak_heap_flush_remote(heap);
-    hak_superslab_reclaim_abandoned(2);
+    hak_page_reclaim_abandoned(2);
 }
 
 void hak_heap_sweep(hak_heap *heap) {
     heap->sweep_countdown = HAK_SWEEP_INTERVAL;
-    hak_os_purge_due(heap); // a heap that only allocates purges too
+    hak_purge_due(heap); // a heap that only allocates purges too
     hak_large_heap_purge_due(heap);
     if (!heap->remote_seen && ++heap->sweep_idle < HAK_SWEEP_IDLE_EVERY) return;
     heap->remote_seen = 0;
@@ -401,7 +448,7 @@ void hak_heap_sweep(hak_heap *heap) {
             }
         }
     }
-    hak_superslab_reclaim_abandoned(2);
+    hak_page_reclaim_abandoned(2);
 }
 
 void hak_heap_move_to_front(hak_heap *heap, hak_page *page) {
@@ -439,6 +486,7 @@ hak_heap *hak_heap_create(void) {
     } else {
         if (heaps_chunk_left < sizeof(hak_heap)) {
             void *chunk = hak_os_map(HAK_HEAP_CHUNK);
+            if (chunk == MAP_FAILED && hak_release_cached()) chunk = hak_os_map(HAK_HEAP_CHUNK);
             if (chunk == MAP_FAILED) {
                 hak_lock_release(&heaps_lock);
                 return NULL;
@@ -452,8 +500,8 @@ hak_heap *hak_heap_create(void) {
         heaps_chunk_left = heaps_chunk_left >= step ? heaps_chunk_left - step : 0;
     }
     memset(heap, 0, sizeof *heap);
-    heap->busy = 1;         // until its routes are latched
-    hak_os_idle_tick(heap); // sets its countdown (nothing to purge yet)
+    heap->busy = 1;            // until its routes are latched
+    hak_purge_idle_tick(heap); // sets its countdown (nothing to purge yet)
     for (unsigned c = 0; c <= HAK_CLASS_NONE; c++)
         heap->direct[c] = &hak_page_empty;
     memcpy(heap->class_of_size, hak_route_class_of_size, sizeof heap->class_of_size);
@@ -506,7 +554,7 @@ void hak_heap_destroy(hak_heap *heap) {
     hak_heap_enter(heap); // for good: the struct is zeroed when a new thread takes it
     hak_large_heap_flush(heap);
     hak_heap_flush_remote(heap);
-    hak_superslab_reclaim_abandoned(2);
+    hak_page_reclaim_abandoned(2);
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
         for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
             for (unsigned i = 0; i < ss->page_count; i++) {

@@ -34,13 +34,6 @@ static _Atomic int options_ready;
 static _Atomic int hooks_state; // 0 none, 1 being registered, 2 registered
 static pthread_key_t thread_key;
 
-#ifdef HAK_DEBUG
-void hak_assert_fail(const char *expr, const char *file, int line) {
-    hak_message("hakmem: assertion failed: %s (%s:%d)\n", expr, file, line);
-    abort();
-}
-#endif
-
 void hak_process_init(void) {
     if (atomic_load_explicit(&options_ready, memory_order_acquire)) return;
     hak_lock_acquire(&init_lock);
@@ -99,13 +92,13 @@ static void fork_prepare(void) {
     hak_lock_acquire(&init_lock);
     hak_heap_fork_prepare();
     hak_superslab_fork_prepare();
-    hak_os_fork_prepare();
+    hak_arena_fork_prepare();
     hak_large_fork_prepare();
 }
 
 static void fork_parent(void) {
     hak_large_fork_parent();
-    hak_os_fork_parent();
+    hak_arena_fork_parent();
     hak_superslab_fork_parent();
     hak_heap_fork_parent();
     hak_lock_release(&init_lock);
@@ -118,7 +111,7 @@ static void fork_child(void) {
     hak_lock_tid = 0;
     hak_lock_reset(&init_lock);
     hak_large_fork_child();
-    hak_os_fork_child();
+    hak_arena_fork_child();
     hak_superslab_fork_child();
     hak_heap_fork_child();
 #ifdef HAK_SECURE

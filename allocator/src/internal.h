@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error.h"
 #include "sizeclass.h"
 
 // The allocator's few global locks (the large blocks' table and cache, the superslab cache,
@@ -43,12 +44,6 @@
 // here, such a shift alone moved tiny workloads' throughput by ~1 % with the same instructions.
 #define HAK_HOT_ALIGN __attribute__((aligned(64)))
 
-#ifdef HAK_DEBUG
-void hak_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
-#define hak_assert(e) ((e) ? (void)0 : hak_assert_fail(#e, __FILE__, __LINE__))
-#else
-#define hak_assert(e) ((void)0)
-#endif
 
 #define HAK_SS_SHIFT       21
 #define HAK_SS_SIZE        ((size_t)1 << HAK_SS_SHIFT)
@@ -174,7 +169,7 @@ typedef struct hak_superslab {
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
     uint64_t purge_due_ns; // speed-first: when the resident free slots may be purged (0: none due)
-    // The adopter's grace (os.c, hak_os_superslab_adopted): bit i: free slot i was handed to an
+    // The adopter's grace (arena.c, hak_arena_superslab_adopted): bit i: free slot i was handed to an
     // adopter before the deadline, which ages it instead of purging it; graced: slot i had that
     // grace since it was last freed (once a free period).
     uint32_t young_mask, graced_mask;
@@ -182,7 +177,7 @@ typedef struct hak_superslab {
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
     uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
-    // The group of size classes its pages serve (the lean policy: hak_os_class_affinity), or
+    // The group of size classes its pages serve (the lean policy: hak_arena_class_affinity), or
     // HAK_AFFINITY_ANY.
     uint8_t affinity;
     // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
@@ -307,12 +302,12 @@ typedef struct hak_heap {
     // emptied. Written by the owner only.
     uint8_t remote_seen;
     uint32_t abandoned_frees; // remote frees into abandoned superslabs since the last visit
-    uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; os.c)
-    uint32_t purge_checks;    // slot frees since the deadlines were last checked (os.c)
+    uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; purge.c)
+    uint32_t purge_checks;    // slot frees since the deadlines were last checked (purge.c)
     // Bytes of page slots given back since the heap last took one: beyond HAK_SHRINK_BYTES the
-    // heap is shrinking (hak_heap_shrinking), and what it frees goes back at once (os.c, heap.c).
+    // heap is shrinking (hak_heap_shrinking), and what it frees goes back at once (purge.c, heap.c).
     uint64_t shrink_bytes;
-    // Allocation slow paths until the lean policy next purges idle medium blocks (os.c; 0 under
+    // Allocation slow paths until the lean policy next purges idle medium blocks (purge.c; 0 under
     // speed-first: it wraps around and comes back after 2^32).
     uint32_t idle_countdown;
     uint32_t idle_epoch;   // passes so far (their marks differ)
@@ -462,56 +457,64 @@ void hak_superslab_release(hak_superslab *ss);
 hak_page *hak_superslab_page_alloc(hak_superslab *ss);
 void hak_superslab_page_free(hak_superslab *ss, hak_page *page);
 // Gives back the resident free slots (bytes returned); `aged`: all but the young ones (an
-// adopter's grace, os.c), whose grace it ends (a deadline's purge; otherwise all, as at trim
+// adopter's grace, arena.c), whose grace it ends (a deadline's purge; otherwise all, as at trim
 // and under the lean policy).
 size_t hak_superslab_purge(hak_superslab *ss, int aged);
 void hak_superslab_abandon(hak_superslab *ss);
 hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
-void hak_superslab_reclaim_abandoned(unsigned visits);
-void hak_superslab_reclaim_all_abandoned(void);
+// The abandoned list's visitors (page.c: hak_page_reclaim_abandoned): the longest waiting one
+// taken off it, the list's length (a hint, read without the lock), and one put back at its tail.
+hak_superslab *hak_superslab_take_abandoned(void);
+size_t hak_superslab_abandoned_count(void);
+void hak_superslab_requeue_abandoned(hak_superslab *ss);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
 
-// --- os.c: the OS policy (mmap/munmap/madvise, cache of empty superslabs)
-// Speed-first: how long freed memory the allocator keeps (empty superslabs, free page slots,
-// cached large regions) stays resident before it is purged (os.c, large.c).
-#define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
-// A heap that has given back more than this of page slots since it last took one is shrinking:
-// it frees without refilling (a thread freeing its data before it waits or exits), so there is
-// no refill for the delay to keep warm memory for, and the thread may never come back to purge
-// it (hak_os_page_slot_freed, current_emptied in heap.c).
-#define HAK_SHRINK_BYTES (4u << 20)
-static inline int hak_heap_shrinking(const hak_heap *heap) {
-    return heap->shrink_bytes > HAK_SHRINK_BYTES;
-}
+// --- os.c: the system calls (errno kept on success; no policy)
 uint64_t hak_coarse_now_ns(void); // CLOCK_MONOTONIC_COARSE: vDSO, ticks every few ms
-void hak_large_purge_due(void);   // cached large regions whose delay passed (large.c)
-size_t hak_large_trim(void);      // malloc_trim: all of them now (bytes given back)
-void *hak_os_map(size_t size);
-int hak_os_release_cached(void);
-size_t hak_large_release_cache(void); // large.c: every cached region unmapped (bytes)
+void *hak_os_map(size_t size);    // MAP_FAILED when refused
 void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t *map_size);
+void *hak_os_map_huge(size_t size, unsigned shift);
+void *hak_os_reserve(void *at, size_t size); // PROT_NONE, at `at` (MAP_FIXED) or anywhere
 void hak_os_unmap(void *base, size_t size);
-hak_superslab *hak_os_superslab_get(void);
-void hak_os_superslab_put(hak_superslab *ss);
-void hak_os_page_slot_freed(struct hak_heap *heap, hak_superslab *ss);
-void hak_os_purge_due(struct hak_heap *heap);
-size_t hak_os_trim(struct hak_heap *heap);
-void hak_os_superslab_unowned(hak_superslab *ss);
+void *hak_os_remap(void *p, size_t old_size, size_t new_size); // MAP_FAILED when refused
+void hak_os_decommit(void *start, size_t size);
+int hak_os_protect(void *start, size_t size, int writable);
+
+// --- arena.c: the cache of empty superslabs, the purge deadlines of free page slots
+// Speed-first: how long freed memory the allocator keeps (empty superslabs, free page slots,
+// cached large regions) stays resident before it is purged (arena.c, purge.c, large.c).
+#define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
+hak_superslab *hak_arena_superslab_get(void);
+void hak_arena_superslab_put(hak_superslab *ss);
+void hak_arena_superslab_unowned(hak_superslab *ss);
 // An adopter takes it: its resident free slots get a delay of their own (once per free period).
-void hak_os_superslab_adopted(hak_superslab *ss);
-unsigned hak_os_class_affinity(unsigned cls);
+void hak_arena_superslab_adopted(hak_superslab *ss);
+unsigned hak_arena_class_affinity(unsigned cls);
+// The slot policy, for the heaps' own deadlines (purge.c): the resident free slots beyond the
+// floor, a deadline set, the current delay, a deadline that passed acted on.
+uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss);
+void hak_arena_arm(hak_superslab *ss, uint64_t due);
+uint64_t hak_arena_purge_delay(void);
+void hak_arena_purge_aged(hak_superslab *ss, uint64_t now);
+uint64_t hak_arena_cache_next_due(void);
+void hak_arena_cache_purge_due(uint64_t now);
+size_t hak_arena_trim_cache(void);
+size_t hak_arena_release_cache(void);
 #ifdef HAK_DEBUG
-// Test hooks of the debug builds (test_cache_decommit): called by hak_os_superslab_put just
+// Test hooks of the debug builds (test_cache_decommit): called by hak_arena_superslab_put just
 // before it takes the cache lock; and the cached superslabs left resident with no purge
 // deadline, against the policy (0 unless the cache's bookkeeping is wrong).
 extern void (*hak_test_superslab_put_hook)(hak_superslab *ss);
-size_t hak_os_cache_resident_undue(void);
+size_t hak_arena_cache_resident_undue(void);
 #endif
-void hak_os_fork_prepare(void);
-void hak_os_fork_parent(void);
-void hak_os_fork_child(void);
+void hak_arena_fork_prepare(void);
+void hak_arena_fork_parent(void);
+void hak_arena_fork_child(void);
+void hak_large_purge_due(void);       // cached large regions whose delay passed (large.c)
+size_t hak_large_trim(void);          // malloc_trim: all of them now (bytes given back)
+size_t hak_large_release_cache(void); // large.c: every cached region unmapped (bytes)
 
 // --- page.c: page free lists
 // Carve steps: the legacy front carves a fresh page 4 KiB at a time (a page that holds few
@@ -537,6 +540,10 @@ static inline uint64_t hak_secure_random(void) {
 }
 #endif
 void hak_page_collect(hak_page *page);
+// Visits up to `visits` abandoned superslabs (and a sixteenth of the list): their pages' remote
+// frees collected, emptied pages and superslabs given back. _all: every one, once.
+void hak_page_reclaim_abandoned(unsigned visits);
+void hak_page_reclaim_all_abandoned(void);
 void hak_page_purge_idle_blocks(hak_page *page, unsigned keep, uintptr_t mark,
                                 uintptr_t marked_before);
 void hak_page_restore_purged(hak_page *page);
@@ -652,10 +659,31 @@ static inline int hak_link_walk(const hak_page *page, const hak_slot_bounds *bou
 #endif
 }
 
+// --- purge.c: the heap's purge deadlines, malloc_trim, out of address space
+// A heap that has given back more than this of page slots since it last took one is shrinking:
+// it frees without refilling (a thread freeing its data before it waits or exits), so there is
+// no refill for the delay to keep warm memory for, and the thread may never come back to purge
+// it (hak_purge_slot_freed, current_emptied in heap.c).
+#define HAK_SHRINK_BYTES (4u << 20)
+static inline int hak_heap_shrinking(const hak_heap *heap) {
+    return heap->shrink_bytes > HAK_SHRINK_BYTES;
+}
+void hak_purge_slot_freed(struct hak_heap *heap, hak_superslab *ss);
+void hak_purge_due(struct hak_heap *heap);
+size_t hak_purge_trim(struct hak_heap *heap);
+// Everything cached given back (out of address space); whether anything was: then try again.
+int hak_release_cached(void);
+
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);
 void hak_heap_destroy(hak_heap *heap);
 void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
+// An owner free that missed the fast path: the page is on the full list (or the debug build
+// checks every free here).
+void hak_heap_free_local(hak_heap *heap, hak_page *page, hak_block *block);
+// malloc_trim: the retained empty pages, and the empty pages a medium or big class keeps in its
+// queue, go back to their superslabs.
+void hak_heap_trim_spare(hak_heap *heap);
 void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_free_emptied_lifo(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
@@ -718,11 +746,11 @@ void hak_heap_sweep(hak_heap *heap);
 
 // What every front's alloc_slow does first: the blocks other threads freed into its full
 // pages come back (as owner frees, which moves those pages back to their queues); and every
-// so many, the lean policy's purge of idle medium blocks (hak_os_idle_tick).
-void hak_os_idle_tick(hak_heap *heap);
+// so many, the lean policy's purge of idle medium blocks (hak_purge_idle_tick).
+void hak_purge_idle_tick(hak_heap *heap);
 static inline void hak_heap_slow_entry(hak_heap *heap) {
     hak_heap_free_delayed(heap);
-    if (HAK_UNLIKELY(--heap->idle_countdown == 0)) hak_os_idle_tick(heap);
+    if (HAK_UNLIKELY(--heap->idle_countdown == 0)) hak_purge_idle_tick(heap);
 }
 
 void hak_heap_split_class(hak_heap *heap, unsigned small);
@@ -809,9 +837,6 @@ extern const hak_front hak_front_tinyheap;
 extern const hak_front hak_front_hotheap_v2;
 extern const hak_front hak_front_smallheap_v3;
 const hak_front *hak_route_for_class(unsigned cls);
-void hak_front_free_local(hak_heap *heap, hak_page *page, hak_block *block);
-void hak_front_page_emptied(hak_heap *heap, hak_page *page);
-void hak_front_trim(hak_heap *heap);
 void hak_route_latch(hak_heap *heap);
 void hak_route_init(void);
 void hak_route_print(void);
@@ -824,7 +849,9 @@ void hak_large_free(void *p);
 void hak_large_heap_flush(struct hak_heap *heap);
 void hak_large_heap_purge_due(struct hak_heap *heap);
 size_t hak_large_usable(const char *func, void *p);
-void *hak_large_realloc(void *p, size_t size);
+// Resized in place or moved; NULL when it is not (then the caller copies), with
+// *out_of_memory set when mremap was refused for want of address space.
+void *hak_large_realloc(void *p, size_t size, int *out_of_memory);
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
@@ -872,9 +899,5 @@ static inline int hak_sized_free_small(const void *p, size_t size, size_t alignm
 void hak_free_small(void *p);
 void *hak_malloc_slow(size_t size);
 void hak_free_slow(void *p);
-__attribute__((noreturn)) void hak_fatal_pointer(const char *func, const char *what, const void *p);
-
-// --- message output (options.c): stderr via write(2), never malloc
-void hak_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -159,9 +159,7 @@ static int table_reserve(void) {
     size_t capacity = table_capacity ? table_capacity : HAK_LARGE_TABLE_MIN;
     while ((live + 1) * 4 > capacity)
         capacity *= 2;
-    hak_large *fresh = mmap(NULL, capacity * sizeof(hak_large), PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    hak_stat_add(ss_os, mmap_total, 1);
+    hak_large *fresh = hak_os_map(capacity * sizeof(hak_large));
     if (fresh == MAP_FAILED) return 0;
     hak_large *old = table;
     size_t old_capacity = table_capacity;
@@ -232,7 +230,7 @@ static uint32_t chunk_map_id; // the current chunk's (its spans share it)
 // the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
 static char *span_take(size_t need) {
     if (chunk_left < need) {
-        char *chunk = hak_os_map(HAK_LARGE_CHUNK); // (under the lock: it is taken again there)
+        char *chunk = hak_os_map(HAK_LARGE_CHUNK);
         if (chunk == MAP_FAILED) return NULL;
         hak_stat_mapped((long)HAK_LARGE_CHUNK);
         if (chunk_left) {
@@ -338,10 +336,7 @@ static uintptr_t cache_take_smaller(size_t need, size_t *size) {
 }
 
 static void purge_range(uintptr_t start, size_t size) {
-    int saved = errno;
-    madvise((void *)start, size, MADV_DONTNEED);
-    errno = saved;
-    hak_stat_add(ss_os, madvise, 1);
+    hak_os_decommit((void *)start, size);
 }
 
 // Purges cache slot i's region (it stays mapped and cached, and reads as zero when reused).
@@ -411,7 +406,7 @@ static void schedule_tail_purge(hak_large *e, uint64_t due) {
     if (!next || due < next) atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
 }
 
-// The periodic check of the heaps' sweeps (os.c): takes the lock only when a deadline passed.
+// The periodic check of the heaps' sweeps (purge.c): takes the lock only when a deadline passed.
 void hak_large_purge_due(void) {
     uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
     if (!due || hak_coarse_now_ns() < due) return;
@@ -520,10 +515,8 @@ static void *secure_alloc(size_t need, size_t alignment) {
         hak_os_unmap(guard_end, (size_t)(end - guard_end));
         hak_stat_mapped(-(long)(end - guard_end));
     }
-    int saved = errno;
-    mprotect(block - HAK_GUARD, HAK_GUARD, PROT_NONE);
-    mprotect(block + need, HAK_GUARD, PROT_NONE);
-    errno = saved;
+    hak_os_protect(block - HAK_GUARD, HAK_GUARD, 0);
+    hak_os_protect(block + need, HAK_GUARD, 0);
     mark_registry((uintptr_t)block, need);
     hak_lock_acquire(&large_lock);
     int ok = table_insert((uintptr_t)block, need + HAK_GUARD, need, new_map_id());
@@ -542,10 +535,7 @@ static void secure_free(hak_large *e) {
     size_t size = e->map_size + HAK_GUARD;
     recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
     e->block = HAK_LARGE_TOMBSTONE;
-    int saved = errno;
-    void *fresh = mmap((void *)base, size, PROT_NONE,
-                       MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    errno = saved;
+    void *fresh = hak_os_reserve((void *)base, size);
     if (fresh == MAP_FAILED) { // (no memory for the reservation: unmapped at once instead)
         hak_os_unmap((void *)base, size);
         hak_stat_mapped(-(long)size);
@@ -629,7 +619,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     size_t map_size;
     if (smaller) {
         int saved = errno;
-        block = mremap((void *)smaller, grown_from, need, MREMAP_MAYMOVE);
+        block = hak_os_remap((void *)smaller, grown_from, need);
         errno = saved;
         hak_stat_add(large, mremap, 1);
         if (block == MAP_FAILED) { // out of address space: give it back, try a fresh mapping
@@ -897,7 +887,7 @@ static int grow_into_cached_neighbour(hak_large *e, size_t need) {
 
 // Resizes large block p to `size` (above the mid pool) without copying: returns the block (p
 // or where mremap moved it), or NULL when the caller must allocate, copy and free.
-void *hak_large_realloc(void *p, size_t size) {
+void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     if (size > HAK_ADDRESS_LIMIT) return NULL; // (rounding it up would wrap around)
     size_t need = hak_round_to_os_pages(size);
     hak_lock_acquire(&large_lock);
@@ -949,9 +939,8 @@ void *hak_large_realloc(void *p, size_t size) {
     e->block = HAK_LARGE_TOMBSTONE;
     hak_lock_release(&large_lock);
     int saved = errno;
-    void *q = mremap(p, map_size, need, MREMAP_MAYMOVE);
-    if (q == MAP_FAILED && errno == ENOMEM && hak_os_release_cached()) // out of address space
-        q = mremap(p, map_size, need, MREMAP_MAYMOVE);
+    void *q = hak_os_remap(p, map_size, need);
+    if (q == MAP_FAILED && errno == ENOMEM) *out_of_memory = 1; // out of address space
     errno = saved;
     hak_stat_add(large, mremap, 1);
     int moved = q != MAP_FAILED;
@@ -973,7 +962,7 @@ void *hak_large_realloc(void *p, size_t size) {
     return q;
 }
 
-// Out of address space (hak_os_release_cached): every cached region, and the untaken rest of
+// Out of address space (hak_release_cached): every cached region, and the untaken rest of
 // the current chunk, unmapped. Returns the bytes.
 size_t hak_large_release_cache(void) {
     hak_heap *heap = cache_heap();

@@ -22,7 +22,7 @@
     X(heaps)     /* the heap list (heap.c) */                                                      \
     X(exited)    /* the one heap of threads that allocate after their exit (heap.c) */             \
     X(abandoned) /* the abandoned superslabs (superslab.c) */                                      \
-    X(cache)     /* the empty-superslab cache (os.c) */                                            \
+    X(cache)     /* the empty-superslab cache (arena.c) */                                            \
     X(large)     /* the large blocks' table, cache and chunks (large.c) */                         \
     X(init)      /* process start (init.c) */
 

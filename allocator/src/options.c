@@ -41,18 +41,6 @@ const char *hak_option_text(hak_option_id id) {
     return option_text[id];
 }
 
-void hak_message(const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
-    ssize_t written = write(STDERR_FILENO, line, len);
-    (void)written;
-}
-
 // Matches `text` against the enum's "A|B|C" list, case-insensitive; returns the index or -1.
 static long enum_index(const char *values, const char *text) {
     long index = 0;

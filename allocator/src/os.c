@@ -1,48 +1,21 @@
-// The OS policy: how memory comes from and goes back to the kernel.
-//   - every region is mapped 2 MiB-aligned (map twice the size, trim the ends), so a block's
-//     header is one mask away;
-//   - empty superslabs are kept in a cache (HAKMEM_SS_CACHE_SIZE bytes) instead of munmap,
-//     because a heap that empties and refills a superslab would otherwise pay two syscalls and
-//     512 page faults each time. Cached superslabs stay registered (kind HAK_SS_FREE), so a
-//     stale free() into one is reported, not followed. That is the speed-first policy.
-//   - the lean policy (HAKMEM_SS_MEM_LEAN=1, profile BALANCED) keeps at most
-//     SS_MEM_LEAN_TARGET_MB of empty superslabs and, with SS_MEM_LEAN_DECOMMIT, gives their
-//     memory back with madvise(MADV_DONTNEED) once they have waited 1 ms in the cache (the
-//     header page stays, so a stale free() is still reported): resident memory after a burst
-//     falls back to the live set, and reusing a cached superslab costs page faults instead of
-//     an mmap.
-//   - the huge-page experiment (HAKMEM_SS_HUGEPAGE_EXPERIMENT=1) maps new superslabs with
-//     MAP_HUGETLB (one 2 MiB page, no alignment trimming needed); when the kernel has no huge
-//     page to give (none reserved in /proc/sys/vm/nr_hugepages) it counts huge_fail and maps
-//     normally.
+// The operating system: the one file that makes memory system calls (mmap, munmap, mremap,
+// madvise, mprotect) and reads the clock. Every call keeps errno as it was when it succeeds
+// (free() and the other calls that must not change errno go through here), and counts itself
+// in SS_OS_STATS. No policy here: what is cached, purged or given back, and when, is decided by
+// the layers above (arena.c, large.c, purge.c).
+//   - every region the allocator aligns is mapped over-sized and trimmed at both ends
+//     (hak_os_map_aligned), so a superslab's header is one mask away from any of its blocks;
+//   - out of memory, a call fails (MAP_FAILED, NULL or 0) and says nothing more: the caller
+//     that can give cached memory back (purge.c: hak_release_cached) does, and tries again.
 #include <errno.h>
-#include <pthread.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include "internal.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26
 #endif
-
-#include "internal.h"
-#include "options.h"
-
-static hak_lock cache_lock = HAK_LOCK_INIT(cache);
-static hak_superslab *cache_first;
-static _Atomic size_t cache_count; // read without the lock only as a hint
-// Speed-first: the earliest time a cached superslab still resident is purged (0: none).
-static _Atomic uint64_t cache_purge_next_ns;
-
-// What a superslab's mapping spans: its 2 MiB and the secure build's guard after them (none
-// after a huge-page superslab, mapped as one huge page).
-static size_t mapped_size(const hak_superslab *ss) {
-    return HAK_SS_SIZE + (ss->huge ? 0 : HAK_SS_GUARD);
-}
-
-#define HAK_DIRTY_SLOTS_MAX     4
-#define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
-#define HAK_PURGE_CHECK_EVERY   16
 
 uint64_t hak_coarse_now_ns(void) {
     struct timespec ts;
@@ -50,45 +23,10 @@ uint64_t hak_coarse_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-// Out of address space (a process under RLIMIT_AS, `ulimit -v`, as sandboxes and batch systems
-// set it; or vm.overcommit_memory=2): before a mapping is refused, what the allocator keeps
-// mapped for reuse goes back: every cached large region and the rest of the current span
-// chunk, the abandoned superslabs that emptied, every cached empty superslab. Only what sits
-// behind a global lock can be reached safely; other threads' heaps are theirs. Without it, a
-// burst of large blocks freed left the large cache holding the address space that a later,
-// larger malloc needed (issue #37; test_oom). Returns whether anything was unmapped (then the
-// caller tries once more).
-int hak_os_release_cached(void) {
-    size_t released = hak_large_release_cache();
-    hak_superslab_reclaim_all_abandoned();
-    hak_lock_acquire(&cache_lock);
-    hak_superslab *list = cache_first;
-    cache_first = NULL;
-    atomic_store_explicit(&cache_count, 0, memory_order_relaxed);
-    atomic_store_explicit(&cache_purge_next_ns, 0, memory_order_relaxed);
-    hak_lock_release(&cache_lock);
-    for (hak_superslab *ss = list, *next; ss; ss = next) {
-        next = ss->next;
-        hak_stat_add(ss_os, cache_release, 1);
-        hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-        size_t size = mapped_size(ss);
-        hak_os_unmap(ss, size);
-        hak_stat_mapped(-(long)size);
-        released += size;
-    }
-    return released != 0;
-}
-
-// An anonymous read-write mapping of `size` bytes, or MAP_FAILED; refused for want of memory,
-// it is tried once more after hak_os_release_cached. errno as it was on success.
 void *hak_os_map(size_t size) {
     int saved = errno;
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     hak_stat_add(ss_os, mmap_total, 1);
-    if (p == MAP_FAILED && errno == ENOMEM && hak_os_release_cached()) {
-        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        hak_stat_add(ss_os, mmap_total, 1);
-    }
     if (p != MAP_FAILED) errno = saved;
     return p;
 }
@@ -110,6 +48,28 @@ void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t 
     return start;
 }
 
+// `size` bytes backed by huge pages of 2^`shift` bytes, or MAP_FAILED (none reserved in
+// /proc/sys/vm/nr_hugepages).
+void *hak_os_map_huge(size_t size, unsigned shift) {
+    int saved = errno;
+    void *p =
+        mmap(NULL, size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | ((int)shift << MAP_HUGE_SHIFT), -1, 0);
+    errno = saved;
+    hak_stat_add(ss_os, mmap_total, 1);
+    return p;
+}
+
+// Address space without memory: PROT_NONE, never committed. At `at` (MAP_FIXED: it replaces
+// what was mapped there) or anywhere (`at` NULL). MAP_FAILED when refused.
+void *hak_os_reserve(void *at, size_t size) {
+    int saved = errno;
+    void *p = mmap(at, size, PROT_NONE,
+                   (at ? MAP_FIXED : 0) | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    errno = saved;
+    return p;
+}
+
 void hak_os_unmap(void *base, size_t size) {
     int saved = errno; // free() must preserve errno
     munmap(base, size);
@@ -117,371 +77,28 @@ void hak_os_unmap(void *base, size_t size) {
     hak_stat_add(ss_os, munmap, 1);
 }
 
-// A 2 MiB superslab backed by one huge page, or NULL (counted as huge_fail).
-static hak_superslab *map_huge_superslab(void) {
-    if (hak_option[HAK_OPT_SS_HUGEPAGE_SIZE] != (long)HAK_SS_SIZE) {
-        hak_stat_add(ss_os, huge_fail, 1); // 1 GiB pages cannot back a 2 MiB superslab
-        return NULL;
-    }
+// Resized in place or moved (MREMAP_MAYMOVE); MAP_FAILED, with errno as mremap left it, when
+// refused (ENOMEM: out of address space).
+void *hak_os_remap(void *p, size_t old_size, size_t new_size) {
     int saved = errno;
-    void *p =
-        mmap(NULL, HAK_SS_SIZE, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (HAK_SS_SHIFT << MAP_HUGE_SHIFT), -1, 0);
-    errno = saved;
-    hak_stat_add(ss_os, mmap_total, 1);
-    if (p == MAP_FAILED || ((uintptr_t)p & HAK_SS_MASK)) {
-        if (p != MAP_FAILED) hak_os_unmap(p, HAK_SS_SIZE);
-        hak_stat_add(ss_os, huge_fail, 1);
-        return NULL;
-    }
-    hak_stat_add(ss_os, huge_alloc, 1);
-    hak_stat_mapped((long)HAK_SS_SIZE);
-    hak_superslab *ss = p;
-    ss->huge = 1;
-    return ss;
+    void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+    if (q != MAP_FAILED) errno = saved;
+    return q;
 }
 
-// An empty 2 MiB superslab with a zeroed header, registered; NULL when out of memory.
-hak_superslab *hak_os_superslab_get(void) {
-    hak_superslab *ss = NULL;
-    if (atomic_load_explicit(&cache_count, memory_order_relaxed)) { // a stale 0 costs a mapping
-        hak_lock_acquire(&cache_lock);
-        ss = cache_first;
-        if (ss) cache_first = ss->next, cache_count--;
-        hak_lock_release(&cache_lock);
-    }
-    if (ss) {
-        hak_stat_add(ss_os, cache_hit, 1);
-        // Still resident unless it was decommitted in the cache: then every slot is a resident
-        // free slot that the purge policy must know about, or it would never purge them.
-        uint8_t huge = ss->huge;
-        uint32_t dirty = ss->dirty_mask, rw_units = ss->rw_units;
-        memset(ss, 0, sizeof *ss);
-        ss->huge = huge;
-        ss->dirty_mask = dirty;
-        ss->rw_units = rw_units;
-        return ss;
-    }
-    hak_stat_add(ss_os, cache_miss, 1);
-    if (hak_option[HAK_OPT_SS_HUGEPAGE_EXPERIMENT]) ss = map_huge_superslab();
-    if (ss) {
-        ss->rw_units = ~0u;
-    } else {
-        char *base;
-        size_t size;
-        ss = hak_os_map_aligned(HAK_SS_SIZE + HAK_SS_GUARD, HAK_SS_SIZE, &base, &size);
-        if (!ss) return NULL;
-        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units); the
-        // guard after it (HAK_SS_GUARD) for good.
-        int saved = errno;
-        if (mprotect((char *)ss + HAK_SS_HEADER_SIZE,
-                     HAK_SS_SIZE + HAK_SS_GUARD - HAK_SS_HEADER_SIZE, PROT_NONE) != 0)
-            ss->rw_units = ~0u;
-        errno = saved;
-    }
-    return ss; // registered by hak_superslab_acquire, with its page kind
-}
-
-// Superslabs the cache may hold under the current policy.
-static size_t cache_limit(void) {
-    if (!hak_option[HAK_OPT_SS_MEM_LEAN])
-        return (size_t)hak_option[HAK_OPT_SS_CACHE_SIZE] / HAK_SS_SIZE;
-    long target_mb = hak_option[HAK_OPT_SS_MEM_LEAN_TARGET_MB];
-    return target_mb > 0 ? ((size_t)target_mb << 20) / HAK_SS_SIZE : 0;
-}
-
-// Lean policy: the pages behind the header go back to the kernel (they read as zero after).
-// A huge-page superslab is one page, header included, so it stays as it is.
-static void decommit(hak_superslab *ss) {
-    if (ss->huge) return;
-    ss->dirty_mask = 0;
+// The memory behind [start, start + size) goes back to the kernel; the range stays mapped and
+// reads as zero when touched again.
+void hak_os_decommit(void *start, size_t size) {
     int saved = errno;
-    madvise((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE, MADV_DONTNEED);
+    madvise(start, size, MADV_DONTNEED);
     errno = saved;
     hak_stat_add(ss_os, madvise, 1);
 }
 
-#ifdef HAK_DEBUG
-void (*hak_test_superslab_put_hook)(hak_superslab *ss);
-
-// The cached superslabs that break the policy: resident (not decommitted, not a huge page) with
-// no deadline to purge them. Speed-first gives every cached superslab a deadline; the lean
-// policy with SS_MEM_LEAN_DECOMMIT decommits every one it caches. Either way none should be
-// counted here: such a superslab would stay resident in the cache for good.
-size_t hak_os_cache_resident_undue(void) {
-    if (hak_option[HAK_OPT_SS_MEM_LEAN] && !hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT]) return 0;
-    size_t count = 0;
-    hak_lock_acquire(&cache_lock);
-    for (hak_superslab *ss = cache_first; ss; ss = ss->next)
-        count += ss->dirty_mask && !ss->huge && !ss->purge_due_ns;
-    hak_lock_release(&cache_lock);
-    return count;
-}
-#endif
-
-// Takes back an empty superslab: into the cache while it has room, else unmapped. A cached
-// superslab stays resident for a delay (a heap that empties and refills one, or the next thread
-// after one that exited, reuses it warm) and is decommitted after it (hak_os_purge_due): 10 ms
-// under speed-first, 1 ms under the lean policy, as its free page slots. The lean policy
-// decommitted at once until issue #38: with thread churn (mstress, a thread a round) every
-// exiting thread's empty superslabs went to the cache and the next thread faulted them back in
-// (docs/notebook/2026-11-28-thread-churn.md). Every cached superslab is decommitted or has its
-// deadline (the deadline is set before the lock, so no other thread's take can void it).
-void hak_os_superslab_put(hak_superslab *ss) {
-    ss->kind = HAK_SS_FREE;
-    ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
-    size_t limit = cache_limit();
-    int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
-    int decommits = !lean || hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT];
-    uint64_t delay = lean ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
-    ss->purge_due_ns = !decommits || ss->huge ? 0 : hak_coarse_now_ns() + delay;
-#ifdef HAK_DEBUG
-    // Where another thread may take a cached superslab before this one takes the lock
-    // (test_cache_decommit makes it happen, deterministically).
-    if (hak_test_superslab_put_hook) hak_test_superslab_put_hook(ss);
-#endif
-    hak_lock_acquire(&cache_lock);
-    if (cache_count < limit) {
-        ss->next = cache_first;
-        cache_first = ss;
-        cache_count++;
-        uint64_t next = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
-        if (ss->purge_due_ns && (!next || ss->purge_due_ns < next))
-            atomic_store_explicit(&cache_purge_next_ns, ss->purge_due_ns, memory_order_relaxed);
-        ss = NULL;
-    }
-    hak_lock_release(&cache_lock);
-    if (!ss) return;
-    hak_stat_add(ss_os, cache_release, 1);
-    hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-    size_t size = mapped_size(ss);
-    hak_os_unmap(ss, size);
-    hak_stat_mapped(-(long)size);
-}
-
-// A page slot of a live superslab became free. Up to a floor of free slots per superslab may
-// stay resident (a heap whose live set breathes by a few pages reuses them warm): 4 under
-// speed-first, none under the lean policy. Beyond the floor, a superslab's resident free slots
-// are purged once that has lasted a delay: 10 ms under speed-first, 1 ms under the lean
-// policy (the coarse clock ticks every few ms). No timer thread: the owning heap checks its
-// earliest deadline whenever it frees a page slot and in its periodic sweep (slow paths), and
-// thread exit and abandonment purge as well; an emptied superslab leaves through the cache
-// policy above. Purging at once made mid sizes (2-8 blocks a page, so pages empty and refill
-// constantly) fault every refilled page back in: on mid_large_mt1 18,300 page faults and
-// 0.21x mimalloc's throughput (C7_SAFE; BALANCED 34,000 and 0.12x) against 1,300 and parity
-// before slots were purged at all. mimalloc delays its purges the same way.
-// The superslab's resident free slots beyond the policy's floor (0 when within it).
-static uint32_t slots_beyond_floor(const hak_superslab *ss) {
-    uint32_t dirty = ss->dirty_mask & ss->free_page_mask;
-    if (!hak_option[HAK_OPT_SS_MEM_LEAN]) {
-        // More than the floor's bits: some remain after clearing that many lowest ones (no
-        // popcount call: the build targets x86-64 without POPCNT). The floor is
-        // HAK_DIRTY_SLOTS_MAX small pages (256 KiB), one medium page, no big page.
-        for (unsigned i = HAK_DIRTY_SLOTS_MAX >> (2 * ss->page_kind); i; i--)
-            dirty &= dirty - 1;
-    }
-    return dirty;
-}
-
-// A deadline set: every slot free now waits a whole delay from now (an adopter's grace is
-// part of it, so it ends).
-static void arm(hak_superslab *ss, uint64_t due) {
-    ss->purge_due_ns = due;
-    ss->young_mask = 0;
-}
-
-static uint64_t purge_delay(void) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
-}
-
-// A deadline passed: the resident free slots go, but those an adopter was given a grace for
-// (young: hak_os_superslab_adopted), which wait one delay more, with a deadline again while
-// they are beyond the floor. Looked at a whole delay late, the young go too: they waited as
-// long.
-static void purge_aged(hak_superslab *ss, uint64_t now) {
-    hak_superslab_purge(ss, now < ss->purge_due_ns + purge_delay());
-    if (slots_beyond_floor(ss)) arm(ss, now + purge_delay());
-}
-
-// The exited owner's deadline was purging the free slots under the adopter as it started to
-// reuse them (mstress). Adopted before that deadline, each resident free slot gets a whole
-// delay from its adoption, once per free period: threads that adopt the superslab in turn keep
-// none that no one reuses resident for more than two delays after its first adoption. Adopted
-// after it, the slots waited their delay unused and go at the next check.
-void hak_os_superslab_adopted(hak_superslab *ss) {
-    uint32_t grace = ss->dirty_mask & ss->free_page_mask & ~ss->graced_mask;
-    if (!grace || !ss->purge_due_ns) return; // (no deadline: within the floor, nothing to spare)
-    uint64_t now = hak_coarse_now_ns();
-    if (now >= ss->purge_due_ns) return;
-    ss->young_mask |= grace;
-    ss->graced_mask |= grace;
-    if (ss->purge_due_ns < now + purge_delay()) ss->purge_due_ns = now + purge_delay();
-}
-
-// A superslab nobody owns (abandoned by an exiting thread, or visited on the abandoned list):
-// no heap checks its deadline, so one is set here and acted on here. The lean policy purges
-// every resident free slot at once. Speed-first gives the purge delay a chance, as in a live
-// heap: a thread of the next generation adopts the slots warm (bench_larson, a thread per
-// generation: 0.77x the page faults and 1.055x faster than purging them at abandonment), and
-// the first abandonment or visit after the deadline purges them all if they are still more
-// than the floor.
-void hak_os_superslab_unowned(hak_superslab *ss) {
-    if (!slots_beyond_floor(ss)) {
-        ss->purge_due_ns = 0;
-    } else if (hak_option[HAK_OPT_SS_MEM_LEAN]) {
-        hak_superslab_purge(ss, 0);
-    } else {
-        uint64_t now = hak_coarse_now_ns();
-        if (!ss->purge_due_ns)
-            arm(ss, now + HAK_PURGE_DELAY_NS);
-        else if (now >= ss->purge_due_ns)
-            purge_aged(ss, now);
-    }
-}
-
-// Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
-// every group of classes (C0..C7, M0..M7: the route masks' groups) superslabs of its own, so
-// that an adopter (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages
-// of any other sizes with them. With pages shared by all classes, bench_churn's new threads
-// adopted the superslabs of the exited ones unevenly and cut fresh pages while the others held
-// the free blocks: 917 fresh pages in a run, 823 of them while other heaps had free blocks of
-// the class. One superslab per class did as well for memory but cost bench_larson (a thread
-// per generation, 28 classes) a quarter of its speed: each new thread cut a page in a
-// superslab of each class, and the free-list heads it pops sat in as many more header pages
-// and cache lines. Speed-first shares superslabs between all classes: with groups there
-// too, bench_churn ran 1.06x faster in 0.81 of the memory, but bench_larson 0.965x in 1.38x
-// its peak RSS (docs/allocator.md, "Adoption"). Pages of classes above 8 KiB (medium and big
-// pages, 1-4 to a superslab) have groups under both policies: larson's classes are all small,
-// and once SmallObject v3 served the classes up to 256 KiB, bench_churn's new threads adopted
-// medium superslabs for one group and took over free blocks of the others' with them (its
-// peak RSS 78 MB against 66 with those blocks on the large path; with groups, 71-72 MB).
-unsigned hak_os_class_affinity(unsigned cls) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] || hak_class_kind[cls] != HAK_KIND_SMALL
-               ? hak_class_group_bit(cls)
-               : HAK_AFFINITY_ANY;
-}
-
-// The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,
-// per class, over a few blocks of one 512 KiB page, and what it held at its highest stayed
-// resident, per class and per thread: bench_churn under BALANCED, at its peak, held 8.5 MiB of
-// medium pages for 4.8 MiB of live blocks. So every HAK_IDLE_TICK_EVERY allocation slow paths a
-// heap reads the coarse clock, and once HAK_IDLE_NS have passed since its last pass, the free
-// blocks of its medium pages beyond the HAK_IDLE_KEEP most recently freed of each page that
-// were free there at the last pass already give all their memory back; the others are marked
-// for the next (hak_page_purge_idle_blocks). A block goes back once it has been free for
-// HAK_IDLE_NS to 2 HAK_IDLE_NS. Passes every 256 slow paths without the clock made
-// mid_large_mt1 (4 ms of a steady live set of 8-32 KiB blocks) 13 % slower for 20 % more page
-// faults. Speed-first keeps them (its countdown wraps around: 2^32 slow paths).
-#define HAK_IDLE_TICK_EVERY 256
-#define HAK_IDLE_KEEP       4
-#define HAK_IDLE_NS         (10u * 1000u * 1000u)
-static uintptr_t idle_mark(uint32_t epoch) {
-    return hak_remote_key + (uintptr_t)epoch * 0x9e3779b97f4a7c15u;
-}
-
-void hak_os_idle_tick(hak_heap *heap) {
-    heap->idle_countdown = hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_IDLE_TICK_EVERY : 0;
-    if (!hak_option[HAK_OPT_SS_MEM_LEAN]) return;
-    uint64_t now = hak_coarse_now_ns();
-    if (now - heap->idle_last_ns < HAK_IDLE_NS) return;
-    heap->idle_last_ns = now;
-    uintptr_t marked_before = idle_mark(heap->idle_epoch), mark = idle_mark(++heap->idle_epoch);
-    for (unsigned cls = 0; cls < HAK_CLASS_COUNT; cls++) {
-        if (hak_class_kind[cls] != HAK_KIND_MEDIUM) continue;
-        for (hak_page *page = heap->queue[cls].first; page; page = page->next)
-            if (page->free || page->local_free)
-                hak_page_purge_idle_blocks(page, HAK_IDLE_KEEP, mark, marked_before);
-    }
-}
-
-void hak_os_page_slot_freed(hak_heap *heap, hak_superslab *ss) {
-    // A shrinking heap's freed slots go now, the floor's too (see HAK_SHRINK_BYTES): a thread
-    // that freed 100 MiB of 1-16 KiB blocks and then waited for another kept the last 10 ms of
-    // its frees resident, for good.
-    if (hak_heap_shrinking(heap) && (ss->dirty_mask & ss->free_page_mask)) {
-        hak_superslab_purge(ss, 0);
-        hak_stat_add(ss_os, shrink_purge, 1);
-    }
-    uint32_t dirty = slots_beyond_floor(ss);
-    uint64_t delay = purge_delay();
-    if (!dirty) {
-        ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
-    } else {
-        if (!ss->purge_due_ns) arm(ss, hak_coarse_now_ns() + delay);
-        if (!heap->purge_next_ns || ss->purge_due_ns < heap->purge_next_ns)
-            heap->purge_next_ns = ss->purge_due_ns;
-    }
-    // The clock is read for the deadlines every HAK_PURGE_CHECK_EVERY slot frees (and in every
-    // sweep), not at each: mid sizes free a slot every few operations.
-    if (++heap->purge_checks >= HAK_PURGE_CHECK_EVERY) {
-        heap->purge_checks = 0;
-        hak_os_purge_due(heap);
-    }
-}
-
-// Decommits the cached superslabs whose delay passed (speed-first).
-static void cache_purge_due(uint64_t now) {
-    hak_lock_acquire(&cache_lock);
-    uint64_t next = 0;
-    for (hak_superslab *ss = cache_first; ss; ss = ss->next) {
-        if (!ss->purge_due_ns) continue;
-        if (ss->purge_due_ns <= now) {
-            decommit(ss);
-            ss->purge_due_ns = 0;
-        } else if (!next || ss->purge_due_ns < next) {
-            next = ss->purge_due_ns;
-        }
-    }
-    atomic_store_explicit(&cache_purge_next_ns, next, memory_order_relaxed);
-    hak_lock_release(&cache_lock);
-}
-
-// Purges the heap's superslabs and the cached ones whose deadline passed; keeps the next.
-void hak_os_purge_due(hak_heap *heap) {
-    hak_large_purge_due();
-    uint64_t cache_next = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
-    if (!heap->purge_next_ns && !cache_next) return;
-    uint64_t now = hak_coarse_now_ns();
-    if (cache_next && now >= cache_next) cache_purge_due(now);
-    if (!heap->purge_next_ns || now < heap->purge_next_ns) return;
-    uint64_t next = 0;
-    for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
-        for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next) {
-            if (!ss->purge_due_ns) continue;
-            if (ss->purge_due_ns <= now) purge_aged(ss, now); // may set a new deadline
-            if (ss->purge_due_ns && (!next || ss->purge_due_ns < next)) next = ss->purge_due_ns;
-        }
-    heap->purge_next_ns = next;
-}
-
-// malloc_trim: every resident free page slot of the heap's superslabs (the floor's too) and
-// every cached superslab not decommitted yet go back to the kernel now. Returns the bytes.
-size_t hak_os_trim(hak_heap *heap) {
-    size_t dropped = 0;
-    if (heap) {
-        for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)
-            for (hak_superslab *ss = heap->superslabs[kind]; ss; ss = ss->next)
-                dropped += hak_superslab_purge(ss, 0);
-        heap->purge_next_ns = 0;
-    }
-    hak_lock_acquire(&cache_lock);
-    for (hak_superslab *ss = cache_first; ss; ss = ss->next) {
-        ss->purge_due_ns = 0;
-        if (!ss->dirty_mask || ss->huge) continue;
-        decommit(ss);
-        dropped += HAK_SS_SIZE - HAK_SS_HEADER_SIZE;
-    }
-    atomic_store_explicit(&cache_purge_next_ns, 0, memory_order_relaxed);
-    hak_lock_release(&cache_lock);
-    return dropped;
-}
-
-void hak_os_fork_prepare(void) {
-    hak_lock_acquire(&cache_lock);
-}
-void hak_os_fork_parent(void) {
-    hak_lock_release(&cache_lock);
-}
-void hak_os_fork_child(void) {
-    hak_lock_reset(&cache_lock);
+// Read-write (`writable`) or no access at all (a guard). Returns whether the kernel agreed.
+int hak_os_protect(void *start, size_t size, int writable) {
+    int saved = errno;
+    int ok = mprotect(start, size, writable ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+    errno = saved;
+    return ok;
 }

@@ -157,7 +157,7 @@ static uint64_t *purged_bits(const hak_page *page) {
     return &ss->purged_blocks[page - ss->pages];
 }
 
-// The lean policy's purge of idle blocks (medium pages, owner only; os.c decides when): of the
+// The lean policy's purge of idle blocks (medium pages, owner only; purge.c decides when): of the
 // free blocks past the first `keep` of `free` and then `local_free` (the most recently freed,
 // which the next mallocs take), those that were there at the previous purge already give their
 // whole OS pages back and leave the lists; the others are marked (their third word, `mark`
@@ -205,8 +205,7 @@ static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int3
             *list = next;
         uintptr_t lo = ((uintptr_t)b + os_mask) & ~os_mask, hi = ((uintptr_t)b + size) & ~os_mask;
         if (hi > lo) {
-            madvise((void *)lo, hi - lo, MADV_DONTNEED);
-            hak_stat_add(ss_os, madvise, 1);
+            hak_os_decommit((void *)lo, hi - lo);
             hak_stat_add(ss_os, block_purge_kb, (hi - lo) / 1024);
         }
         *bits |= (uint64_t)1 << (((uintptr_t)b - start) / size);
@@ -346,4 +345,38 @@ int hak_page_has_free_block(const hak_page *page, const hak_block *block) {
     for (const hak_block *b = page->local_free; b; b = hak_link(b))
         if (b == block) return 1;
     return 0;
+}
+
+// Visits up to `visits` abandoned superslabs from the head of the list (the longest waiting):
+// collects the remote frees of every page, gives emptied pages back to their superslab and an
+// emptied superslab to the OS policy; one with live blocks goes back to the tail, its free
+// slots purged as the policy says (hak_superslab_requeue_abandoned). The visitor holds a
+// taken superslab exclusively, as an adopter would, so it may collect its pages.
+void hak_page_reclaim_abandoned(unsigned visits) {
+    // And a sixteenth of the list: with many abandoned superslabs (a group of classes' own
+    // each, under the lean policy) two visits now and then would leave most of those that the
+    // remote frees emptied mapped for long after.
+    visits += (unsigned)(hak_superslab_abandoned_count() / 16);
+    for (; visits; visits--) {
+        hak_superslab *ss = hak_superslab_take_abandoned();
+        if (!ss) return;
+        for (unsigned i = 0; i < ss->page_count; i++) {
+            hak_page *page = &ss->pages[i];
+            if (!page->in_use) continue;
+            hak_page_collect(page);
+            if (page->used == 0) hak_superslab_page_free(ss, page);
+        }
+        if (ss->pages_in_use == 0) {
+            hak_stat_add(ss_os, abandoned_reclaimed, 1);
+            hak_superslab_release(ss);
+            continue;
+        }
+        hak_superslab_requeue_abandoned(ss);
+    }
+}
+
+// Every abandoned superslab visited once (out of address space: hak_release_cached).
+void hak_page_reclaim_all_abandoned(void) {
+    size_t count = hak_superslab_abandoned_count();
+    if (count) hak_page_reclaim_abandoned((unsigned)(count - count / 16));
 }

@@ -44,15 +44,6 @@ static void unlink_abandoned(hak_superslab *ss) {
     atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
-static hak_superslab *pop_abandoned(void) {
-    if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
-    hak_lock_acquire(&abandoned_lock);
-    hak_superslab *ss = abandoned_first;
-    if (ss) unlink_abandoned(ss);
-    hak_lock_release(&abandoned_lock);
-    return ss;
-}
-
 static const uint8_t kind_shift[HAK_KIND_COUNT] = {HAK_PAGE_SHIFT, HAK_KIND_MEDIUM_SHIFT,
                                                    HAK_KIND_BIG_SHIFT};
 static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MEDIUM, HAK_REG_BIG};
@@ -60,7 +51,7 @@ static const uint8_t kind_registry[HAK_KIND_COUNT] = {HAK_REG_SMALL, HAK_REG_MED
 // An empty superslab cut into pages of `page_kind`, its registry byte saying so, for the pages
 // of the classes of group `affinity` only (or of any class: HAK_AFFINITY_ANY).
 hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigned affinity) {
-    hak_superslab *ss = hak_os_superslab_get();
+    hak_superslab *ss = hak_arena_superslab_get();
     if (!ss) return NULL;
     ss->kind = HAK_SS_SMALL;
     ss->page_kind = (uint8_t)page_kind;
@@ -97,12 +88,12 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
 void hak_superslab_release(hak_superslab *ss) {
     hak_assert(ss->pages_in_use == 0);
     hak_stat_add(ss_os, free, 1);
-    hak_os_superslab_put(ss);
+    hak_arena_superslab_put(ss);
 }
 
 // Prefers a slot whose memory is still resident (freed, not purged yet): no page faults, and
 // the speed-first policy purges fewer slots (it purges what stayed resident beyond
-// HAK_DIRTY_SLOTS_MAX free slots for HAK_PURGE_DELAY_NS, see os.c). Among those, the first at
+// HAK_DIRTY_SLOTS_MAX free slots for HAK_PURGE_DELAY_NS, see arena.c). Among those, the first at
 // or after a start that a superslab of a group of classes takes from its group: every header
 // sits at a multiple of 2 MiB, so the descriptors of each group's first page would otherwise
 // share one set of every cache level, and their pages' first blocks another.
@@ -114,9 +105,7 @@ static int slot_writable(hak_superslab *ss, unsigned i) {
     if ((ss->rw_units & units) == units) return 1;
     char *start = (char *)ss + (i == 0 ? HAK_SS_HEADER_SIZE : (size_t)i << ss->page_shift);
     char *end = (char *)ss + ((size_t)(i + 1) << ss->page_shift);
-    int saved = errno;
-    int ok = mprotect(start, (size_t)(end - start), PROT_READ | PROT_WRITE) == 0;
-    errno = saved;
+    int ok = hak_os_protect(start, (size_t)(end - start), 1);
     hak_stat_add(ss_os, mprotect, 1);
     if (ok) ss->rw_units |= units;
     return ok;
@@ -147,7 +136,7 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
     page->free = page->local_free = NULL; // (its purged blocks: hak_page_init resets them)
     ss->free_page_mask |= 1u << i;
     ss->dirty_mask |= 1u << i;
-    ss->young_mask &= ~(1u << i); // (young: only an adopter's grace, os.c)
+    ss->young_mask &= ~(1u << i); // (young: only an adopter's grace, arena.c)
     ss->graced_mask &= ~(1u << i);
     ss->pages_in_use--;
 }
@@ -162,7 +151,6 @@ size_t hak_superslab_purge(hak_superslab *ss, int aged) {
     ss->purge_due_ns = 0;
     if (ss->huge) return 0;
     size_t dropped = 0;
-    int saved = errno;
     while (mask) {
         unsigned first = (unsigned)__builtin_ctz(mask);
         unsigned end = first;
@@ -172,12 +160,10 @@ size_t hak_superslab_purge(hak_superslab *ss, int aged) {
         char *start =
             (char *)ss + (first == 0 ? HAK_SS_HEADER_SIZE : (size_t)first << ss->page_shift);
         char *stop = (char *)ss + ((size_t)end << ss->page_shift);
-        madvise(start, (size_t)(stop - start), MADV_DONTNEED);
-        hak_stat_add(ss_os, madvise, 1);
+        hak_os_decommit(start, (size_t)(stop - start));
         hak_stat_add(ss_os, slot_purge_kb, (size_t)(stop - start) / 1024);
         dropped += (size_t)(stop - start);
     }
-    errno = saved;
     return dropped;
 }
 
@@ -186,48 +172,35 @@ void hak_superslab_abandon(hak_superslab *ss) {
     // Nobody allocates from it until it is adopted: the policy decides what stays resident
     // (lean: nothing; speed-first: its free slots while the purge delay runs, warm for the
     // adopter, then none if they are more than the floor's few).
-    hak_os_superslab_unowned(ss);
+    hak_arena_superslab_unowned(ss);
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     hak_lock_acquire(&abandoned_lock);
     push_abandoned(ss);
     hak_lock_release(&abandoned_lock);
 }
 
-// Visits up to `visits` abandoned superslabs from the head of the list (the longest waiting):
-// collects the remote frees of every page, gives emptied pages back to their superslab and an
-// emptied superslab to the OS policy; one with live blocks goes back to the tail, its free
-// slots purged as the policy says (hak_os_superslab_unowned). The visitor holds a
-// popped superslab exclusively, as an adopter would, so it may collect its pages.
-void hak_superslab_reclaim_abandoned(unsigned visits) {
-    // And a sixteenth of the list: with many abandoned superslabs (a group of classes' own
-    // each, under the lean policy) two visits now and then would leave most of those that the
-    // remote frees emptied mapped for long after.
-    visits += (unsigned)(atomic_load_explicit(&abandoned_count, memory_order_relaxed) / 16);
-    for (; visits; visits--) {
-        hak_superslab *ss = pop_abandoned();
-        if (!ss) return;
-        for (unsigned i = 0; i < ss->page_count; i++) {
-            hak_page *page = &ss->pages[i];
-            if (!page->in_use) continue;
-            hak_page_collect(page);
-            if (page->used == 0) hak_superslab_page_free(ss, page);
-        }
-        if (ss->pages_in_use == 0) {
-            hak_stat_add(ss_os, abandoned_reclaimed, 1);
-            hak_superslab_release(ss);
-            continue;
-        }
-        hak_os_superslab_unowned(ss);
-        hak_lock_acquire(&abandoned_lock);
-        push_abandoned(ss);
-        hak_lock_release(&abandoned_lock);
-    }
+// The abandoned superslab that has waited longest, taken off the list (its taker holds it
+// exclusively, as an adopter would); NULL when there is none (page.c: hak_page_reclaim_abandoned).
+hak_superslab *hak_superslab_take_abandoned(void) {
+    if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
+    hak_lock_acquire(&abandoned_lock);
+    hak_superslab *ss = abandoned_first;
+    if (ss) unlink_abandoned(ss);
+    hak_lock_release(&abandoned_lock);
+    return ss;
 }
 
-// Every abandoned superslab visited once (out of address space: hak_os_release_cached).
-void hak_superslab_reclaim_all_abandoned(void) {
-    size_t count = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
-    if (count) hak_superslab_reclaim_abandoned((unsigned)(count - count / 16));
+size_t hak_superslab_abandoned_count(void) {
+    return atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+}
+
+// A visited superslab that still has live blocks goes back to the tail, its free slots purged as
+// the policy says for a superslab nobody owns.
+void hak_superslab_requeue_abandoned(hak_superslab *ss) {
+    hak_arena_superslab_unowned(ss);
+    hak_lock_acquire(&abandoned_lock);
+    push_abandoned(ss);
+    hak_lock_release(&abandoned_lock);
 }
 
 // Could a heap that needs a page of `cls` use this abandoned superslab's pages? One of them
@@ -246,7 +219,7 @@ static int has_room_for(const hak_superslab *ss, unsigned cls) {
 
 // May pages of `cls` come from this superslab (its page kind and affinity)?
 static int takes_class(const hak_superslab *ss, unsigned cls) {
-    return ss->page_kind == hak_class_kind[cls] && ss->affinity == hak_os_class_affinity(cls);
+    return ss->page_kind == hak_class_kind[cls] && ss->affinity == hak_arena_class_affinity(cls);
 }
 
 // Could a heap use this abandoned superslab for `cls`: one it may take pages of `cls` from,
@@ -281,7 +254,7 @@ hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged) {
     if (ss) {
         unlink_abandoned(ss);
         hak_stat_add(ss_os, adopt, 1);
-        hak_os_superslab_adopted(ss);
+        hak_arena_superslab_adopted(ss);
     }
     hak_lock_release(&abandoned_lock);
     return ss;

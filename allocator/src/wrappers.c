@@ -254,12 +254,6 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
     hak_free_slow(p);
 }
 
-__attribute__((noreturn)) HAK_COLD void hak_fatal_pointer(const char *func, const char *what,
-                                                          const void *p) {
-    hak_message("hakmem: %s(): %s %p\n", func, what, p);
-    abort();
-}
-
 // Allocates from size class `cls` on `heap` (an initialised heap).
 static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->direct[cls];
@@ -303,8 +297,12 @@ static inline void *alloc_current(unsigned cls) {
     return alloc_class(heap, cls);
 }
 
+// Out of address space, what the allocator keeps cached goes back and the block is tried once
+// more (purge.c: hak_release_cached).
 static void *large_alloc(size_t size, size_t alignment, int zero) {
     void *p = hak_large_alloc(size, alignment, zero);
+    if (!p && size <= HAK_ADDRESS_LIMIT && hak_release_cached())
+        p = hak_large_alloc(size, alignment, zero);
     if (!p) errno = ENOMEM;
     return p;
 }
@@ -384,7 +382,22 @@ static void free_owner(hak_heap *heap, hak_page *page, void *p) {
         hak_fatal_pointer("free", "double free", p);
     HAK_HOT_STAT(heap, free, page->class_idx);
     HAK_HOT_STAT(heap, free_slow, page->class_idx);
-    hak_front_free_local(heap, page, block);
+    hak_heap_free_local(heap, page, block);
+}
+
+// The remote frees the inline path leaves to heap.c (hak_heap_free_remote). A thread that only
+// frees gets a heap too: it holds the remote batch, and its thread-exit destructor flushes it.
+// Not once that destructor has run: nothing would flush or destroy the new heap, and the batch
+// would keep its page from ever emptying.
+static HAK_NOINLINE void free_remote_call(hak_heap *heap, hak_heap *owner, hak_page *page,
+                                          hak_block *block) {
+    if (heap == &hak_heap_empty && !hak_thread_exited) {
+        int saved = errno; // free() must preserve errno: creating the heap may fail (ENOMEM)
+        hak_heap *fresh = hak_thread_init();
+        errno = saved;
+        if (fresh) heap = fresh;
+    }
+    hak_heap_free_remote(heap, owner, page, block);
 }
 
 // A free from a thread that does not own the page (owner: the superslab's owner heap, NULL if
@@ -423,7 +436,7 @@ free_remote(hak_heap *heap, hak_heap *owner, hak_page *page, void *p, uintptr_t 
     }
     // No run yet (the empty heap has none either) or an abandoned page: the call does it all.
     if (HAK_UNLIKELY(!run || !owner)) {
-        hak_heap_free_remote(heap, owner, page, block);
+        free_remote_call(heap, owner, page, block);
         return;
     }
     { // the run so far goes to its page: one CAS when the page has no flag set
@@ -533,8 +546,8 @@ HAK_EXPORT int hak_malloc_trim(size_t pad) {
     size_t dropped = hak_large_trim();
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) heap = NULL;
-    if (heap) hak_front_trim(heap);
-    dropped += hak_os_trim(heap);
+    if (heap) hak_heap_trim_spare(heap);
+    dropped += hak_purge_trim(heap);
     return dropped != 0;
 }
 
@@ -613,7 +626,10 @@ HAK_EXPORT void *hak_realloc(void *p, size_t size) {
     }
     // Large to large: resized in place or moved by mremap, never copied.
     if (hak_registry_get((uintptr_t)p) == HAK_REG_LARGE && size > hak_small_max) {
-        void *q = hak_large_realloc(p, size);
+        int out_of_memory = 0;
+        void *q = hak_large_realloc(p, size, &out_of_memory);
+        if (!q && out_of_memory && hak_release_cached())
+            q = hak_large_realloc(p, size, &out_of_memory);
         if (q) return q;
     }
     // A small block shrinking by up to half stays in place.

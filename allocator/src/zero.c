@@ -22,10 +22,7 @@ static _Atomic unsigned zero_hint;
 static uintptr_t region(void) {
     uintptr_t r = atomic_load_explicit(&zero_region, memory_order_acquire);
     if (r) return r;
-    int saved = errno;
-    char *raw =
-        mmap(NULL, 2 * HAK_SS_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    errno = saved;
+    char *raw = hak_os_reserve(NULL, 2 * HAK_SS_SIZE);
     if (raw == MAP_FAILED) return 0;
     uintptr_t start = ((uintptr_t)raw + HAK_SS_MASK) & ~(uintptr_t)HAK_SS_MASK;
     if (start > (uintptr_t)raw) hak_os_unmap(raw, start - (uintptr_t)raw);

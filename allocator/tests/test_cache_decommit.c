@@ -1,7 +1,7 @@
 // test_cache_decommit: an empty superslab that enters the cache of empty superslabs while
 // another thread takes one out must still be purged by the policy: given a purge deadline,
-// after which it is decommitted (os.c: hak_os_superslab_put; 1 ms under the lean policy, 10 ms
-// under speed-first). Until issue #37 the lean policy decided to decommit at once, before it
+// after which it is decommitted (arena.c: hak_arena_superslab_put; 1 ms under the lean policy, 10
+// ms under speed-first). Until issue #37 the lean policy decided to decommit at once, before it
 // took the cache lock: a superslab put while the cache looked full was not decommitted, and
 // when a cached one left meanwhile it was cached anyway, resident, with no deadline: resident
 // for good. (Since issue #38 it decommits after its delay, as speed-first does.)
@@ -9,7 +9,7 @@
 // The race is made deterministic with the debug build's hook (hak_test_superslab_put_hook),
 // called where the put is about to take the lock: it takes a superslab out of the cache, as
 // another thread's malloc would. The cache holds one superslab (a 2 MiB limit). Checked: the
-// allocator's own record (hak_os_cache_resident_undue: cached, resident, no deadline) and the
+// allocator's own record (hak_arena_cache_resident_undue: cached, resident, no deadline) and the
 // kernel's (mincore on the page the test wrote before the put). Each policy runs in a child
 // started with its settings. Other builds have no hook: the test says so and passes.
 #include "testhelper.h"
@@ -26,7 +26,7 @@ static hak_superslab *taken; // what the hook took out of the cache
 static void take_one_cached(hak_superslab *ss) {
     (void)ss;
     hak_test_superslab_put_hook = NULL;
-    taken = hak_os_superslab_get();
+    taken = hak_arena_superslab_get();
 }
 
 // Is the first OS page of the superslab's page slot 1 resident?
@@ -54,7 +54,7 @@ static void run_policy(const char *policy) {
     hak_test_superslab_put_hook = take_one_cached;
     hak_superslab_release(ss);
     CHECK(taken == cached); // the hook ran, and the cache had the first one
-    size_t undue = hak_os_cache_resident_undue();
+    size_t undue = hak_arena_cache_resident_undue();
     int resident = slot_resident(ss);
     printf("cached resident with no purge deadline: %zu; its written page resident: %d\n", undue,
            resident);
@@ -64,12 +64,12 @@ static void run_policy(const char *policy) {
     // ms; the lean delay is 1 ms, speed-first's 10 ms).
     for (int i = 0; i < 100 && slot_resident(ss) == 1; i++) {
         usleep(2000);
-        hak_os_purge_due(hak_tls_heap);
+        hak_purge_due(hak_tls_heap);
     }
     int later = slot_resident(ss);
     printf("after its delay: resident %d\n", later);
     CHECK(later == 0);
-    if (taken) hak_os_superslab_put(taken);
+    if (taken) hak_arena_superslab_put(taken);
 }
 
 int main(int argc, char **argv) {

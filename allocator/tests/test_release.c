@@ -829,7 +829,7 @@ static void *idle_blocks_thread(void *arg) {
            same_pages ? "yes" : "no");
     CHECK(distinct && intact);
     if (allocator_is_hakmem()) CHECK(same_pages);
-    // The four most recently freed of each page stay (HAK_IDLE_KEEP, os.c).
+    // The four most recently freed of each page stay (HAK_IDLE_KEEP, purge.c).
     if (allocator_is_hakmem() && is_lean) CHECK(worst_page <= 4 && resident < pages / 2);
     for (int i = 0; i < IDLE_BLOCKS - 2; i++)
         free(again[i]);
