@@ -1,6 +1,7 @@
 // Front paths: what happens on the slow paths of the size classes a front serves. Every front
 // shares the two inline fast paths (pop heap->direct[cls], push page->local_free) and this one
-// slow-path skeleton; a front is a policy, four numbers in the table below, not a copy of the
+// slow-path skeleton; a front is a policy, four numbers in a row of the fronts' table (route.c:
+// hak_fronts), not a copy of the
 // code:
 //   carve_bytes   how much of a page is linked into its free list at once, and
 //   carve_blocks  at least how many blocks: a small step never touches (faults in) the rest
@@ -46,7 +47,7 @@ static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
 // had handed on; the next peer found none left and cut fresh pages, which its exit left to
 // the long-lived heap in turn (mstress). With own slots first, the new thread adopts what its
 // predecessor left (measured: docs/notebook/2026-11-28-thread-churn.md).
-// Inlined into one function per front (below), so that each runs with its policy's numbers
+// Inlined once per row of the fronts' table (below), so that each runs with its row's numbers
 // as constants.
 static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *heap, unsigned cls,
                                                                    const hak_front *front) {
@@ -67,23 +68,21 @@ static inline __attribute__((always_inline)) void *alloc_slow_body(hak_heap *hea
     return hak_page_pop(page);
 }
 
-static inline __attribute__((always_inline)) void *alloc_slow(hak_heap *heap, unsigned cls,
-                                                              const hak_front *front) {
-    hak_heap_enter(heap);
-    void *block = alloc_slow_body(heap, cls, front);
-    hak_heap_leave(heap);
-    return block;
-}
-
-// One row per front: name, carve_bytes, carve_blocks, max_spare, sized_pages.
-// Fronts are compared by address (route.c, stats.c).
-#define HAK_FRONT(id, name, carve, blocks, spare, sized)                                           \
-    static void *id##_alloc_slow(hak_heap *heap, unsigned cls);                                    \
-    const hak_front hak_front_##id = {name, id##_alloc_slow, carve, blocks, spare, sized};         \
-    static void *id##_alloc_slow(hak_heap *heap, unsigned cls) {                                   \
-        return alloc_slow(heap, cls, &hak_front_##id);                                             \
+// One refill function per row of the fronts' table, each with its row's numbers as constants.
+#define HAK_FRONT_SLOW(id, name, carve, blocks, spare, sized)                                      \
+    static HAK_NOINLINE void *alloc_slow_##id(hak_heap *heap, unsigned cls) {                      \
+        static const hak_front row = {name, carve, blocks, spare, sized};                          \
+        hak_heap_enter(heap);                                                                      \
+        void *block = alloc_slow_body(heap, cls, &row);                                            \
+        hak_heap_leave(heap);                                                                      \
+        return block;                                                                              \
     }
-HAK_FRONT(legacy, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)
-HAK_FRONT(tinyheap, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)
-HAK_FRONT(hotheap_v2, "hotheap_v2", 16 * 1024, 4, 2, 0)
-HAK_FRONT(smallheap_v3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
+HAK_FRONTS(HAK_FRONT_SLOW)
+#undef HAK_FRONT_SLOW
+
+// The refill of each row, indexed as the table: a class's is hak_front_slow[heap->route[cls]].
+void *(*const hak_front_slow[HAK_FRONT_COUNT])(hak_heap *heap, unsigned cls) = {
+#define HAK_FRONT_FN(id, ...) [HAK_FRONT_##id] = alloc_slow_##id,
+    HAK_FRONTS(HAK_FRONT_FN)
+#undef HAK_FRONT_FN
+};

@@ -199,7 +199,7 @@ void hak_heap_page_emptied(hak_heap *heap, hak_page *page) {
     if (page == heap->direct[page->class_idx]) return;
     hak_page_verify_empty(page);
     hak_heap_detach_page(heap, page);
-    if (heap->spare_count[page->class_idx] < heap->route[page->class_idx]->max_spare)
+    if (heap->spare_count[page->class_idx] < hak_fronts[heap->route[page->class_idx]].max_spare)
         retain_empty_page(heap, page);
     else
         hak_heap_release_page(heap, page);

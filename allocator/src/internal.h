@@ -249,13 +249,23 @@ typedef struct hak_page_queue {
     hak_page *first, *last;
 } hak_page_queue;
 
-// A front path (front.c): the policy of the slow paths of the classes routed to it, latched
-// into heap->route[] once at thread init. The shared fast path pops heap->direct[cls]; when
-// that page is empty, the front's alloc_slow runs: the one skeleton in front.c, compiled with
-// the front's numbers.
+// A front path: the policy of the slow paths of the classes routed to it, a row of the fronts'
+// table (route.c), latched into heap->route[] once at thread init. The shared fast path pops
+// heap->direct[cls]; when that page is empty, the one refill skeleton (front.c) runs with the
+// numbers of the class's row.
+// The fronts' table: one row per front, X(ID, name, carve_bytes, carve_blocks, max_spare,
+// sized_pages); what each is for in front.c's header. route.c makes the rows data (hak_fronts);
+// front.c compiles the refill skeleton once per row, with the row's numbers as constants.
+#define HAK_FRONTS(X)                                                                              \
+    X(LEGACY, "legacy", HAK_CARVE_STEP_DEFAULT, 4, 0, 0)                                           \
+    X(TINYHEAP, "tinyheap", HAK_CARVE_WHOLE_PAGE, 4, 0, 0)                                         \
+    X(HOTHEAP_V2, "hotheap_v2", 16 * 1024, 4, 2, 0)                                                \
+    X(SMALLHEAP_V3, "smallheap_v3", HAK_CARVE_STEP_DEFAULT, 4, 1, 1)
+#define HAK_FRONT_ENUM(id, ...) HAK_FRONT_##id,
+enum { HAK_FRONTS(HAK_FRONT_ENUM) HAK_FRONT_COUNT };
+#undef HAK_FRONT_ENUM
 typedef struct hak_front {
     const char *name;
-    void *(*alloc_slow)(struct hak_heap *heap, unsigned cls);
     uint32_t carve_bytes;  // carved into a page's free list at once,
     uint32_t carve_blocks; // at least this many blocks
     uint8_t max_spare;     // empty pages retained per class
@@ -279,7 +289,7 @@ typedef struct hak_heap {
     uint8_t class_of_size[HAK_TINY_MAX + 1];
     // Mid size -> class, indexed by HAK_MID_INDEX(n) (HAK_CLASS_NONE above hak_small_max).
     uint8_t class_of_mid[HAK_MID_INDEX_COUNT];
-    const hak_front *route[HAK_CLASS_COUNT];
+    uint8_t route[HAK_CLASS_COUNT]; // each class's front: its row of hak_fronts (HAK_FRONT_*)
     hak_page_queue queue[HAK_CLASS_COUNT]; // pages that may have free blocks; first = direct
     hak_page *full;                        // pages without free blocks (all classes)
     // Empty pages a front retains for reuse instead of giving them back (HotHeap v2's
@@ -832,10 +842,9 @@ void hak_heap_fork_parent(void);
 void hak_heap_fork_child(void);
 
 // --- route.c and front.c: class -> front table, the fronts' slow paths
-extern const hak_front hak_front_legacy;
-extern const hak_front hak_front_tinyheap;
-extern const hak_front hak_front_hotheap_v2;
-extern const hak_front hak_front_smallheap_v3;
+// The fronts' table, one row per front (HAK_FRONT_*), and the refill skeleton every front runs.
+extern const hak_front hak_fronts[HAK_FRONT_COUNT];
+extern void *(*const hak_front_slow[HAK_FRONT_COUNT])(hak_heap *heap, unsigned cls);
 const hak_front *hak_route_for_class(unsigned cls);
 void hak_route_latch(hak_heap *heap);
 void hak_route_init(void);

@@ -39,15 +39,21 @@ static int in_mask(long mask, unsigned cls) {
     return ((unsigned long)mask & HAK_CLASS_MASK) >> hak_class_group_bit(cls) & 1u;
 }
 
+// The fronts' table as data (internal.h: HAK_FRONTS). Compared by address (stats.c).
+#define HAK_FRONT_ROW(id, name, carve, blocks, spare, sized)                                       \
+    [HAK_FRONT_##id] = {name, carve, blocks, spare, sized},
+const hak_front hak_fronts[HAK_FRONT_COUNT] = {HAK_FRONTS(HAK_FRONT_ROW)};
+#undef HAK_FRONT_ROW
+
 const hak_front *hak_route_for_class(unsigned cls) {
     if (hak_option[HAK_OPT_SMALL_HEAP_V3_ENABLED] &&
         in_mask(hak_option[HAK_OPT_SMALL_HEAP_V3_CLASSES], cls))
-        return &hak_front_smallheap_v3;
+        return &hak_fronts[HAK_FRONT_SMALLHEAP_V3];
     if (hak_option[HAK_OPT_TINY_HOTHEAP_V2] &&
         in_mask(hak_option[HAK_OPT_TINY_HOTHEAP_CLASSES], cls))
-        return &hak_front_hotheap_v2;
-    if (in_mask(tinyheap_mask(), cls)) return &hak_front_tinyheap;
-    return &hak_front_legacy;
+        return &hak_fronts[HAK_FRONT_HOTHEAP_V2];
+    if (in_mask(tinyheap_mask(), cls)) return &hak_fronts[HAK_FRONT_TINYHEAP];
+    return &hak_fronts[HAK_FRONT_LEGACY];
 }
 
 // Page geometry and the largest small size, from the routes (process init, after the
@@ -86,7 +92,7 @@ void hak_route_init(void) {
 
 void hak_route_latch(hak_heap *heap) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
-        heap->route[c] = hak_route_for_class(c);
+        heap->route[c] = (uint8_t)(hak_route_for_class(c) - hak_fronts);
 }
 
 void hak_route_print(void) {

@@ -218,16 +218,17 @@ void hak_stats_print(void) {
         ssize_t written = write(fd, b.text, b.len);                                                \
         (void)written;                                                                             \
     }
-#define format_group_SS_OS_STATS(b, s)     format_ss_os(b)
-#define format_group_LARGE_STATS(b, s)     format_large(b)
-#define format_group_LOCK_STATS(b, s)      format_lock(b)
-#define format_group_HEAP_STATS(b, s)      format_heap(b, s)
-#define format_group_FRONT_CLASS(b, s)     format_front_class(b, s)
-#define format_group_TINY_HEAP_STATS(b, s) format_path(b, "TINY_HEAP_STATS", &hak_front_tinyheap, s)
+#define format_group_SS_OS_STATS(b, s) format_ss_os(b)
+#define format_group_LARGE_STATS(b, s) format_large(b)
+#define format_group_LOCK_STATS(b, s)  format_lock(b)
+#define format_group_HEAP_STATS(b, s)  format_heap(b, s)
+#define format_group_FRONT_CLASS(b, s) format_front_class(b, s)
+#define format_group_TINY_HEAP_STATS(b, s)                                                         \
+    format_path(b, "TINY_HEAP_STATS", &hak_fronts[HAK_FRONT_TINYHEAP], s)
 #define format_group_HOTHEAP_V2_STATS(b, s)                                                        \
-    format_path(b, "HOTHEAP_V2_STATS", &hak_front_hotheap_v2, s)
+    format_path(b, "HOTHEAP_V2_STATS", &hak_fronts[HAK_FRONT_HOTHEAP_V2], s)
 #define format_group_SMALL_HEAP_V3_STATS(b, s)                                                     \
-    format_path(b, "SMALL_HEAP_V3_STATS", &hak_front_smallheap_v3, s)
+    format_path(b, "SMALL_HEAP_V3_STATS", &hak_fronts[HAK_FRONT_SMALLHEAP_V3], s)
     HAK_STATS_GROUPS(HAK_PRINT)
 #undef HAK_PRINT
     if (fd != STDERR_FILENO) close(fd);

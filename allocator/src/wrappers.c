@@ -264,7 +264,7 @@ static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, u
         canary_arm(block, page);
         HAK_HOT_STAT(heap, fast, cls);
     } else {
-        block = heap->route[cls]->alloc_slow(heap, cls);
+        block = hak_front_slow[heap->route[cls]](heap, cls);
         if (!block) {
             errno = ENOMEM;
             return NULL;
