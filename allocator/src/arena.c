@@ -199,9 +199,10 @@ void hak_arena_superslab_put(hak_superslab *ss) {
 // earliest deadline whenever it frees a page slot and in its periodic sweep (slow paths), and
 // thread exit and abandonment purge as well; an emptied superslab leaves through the cache
 // policy above. Purging at once made mid sizes (2-8 blocks a page, so pages empty and refill
-// constantly) fault every refilled page back in: on mid_large_mt1 18,300 page faults and
-// 0.21x mimalloc's throughput (C7_SAFE; BALANCED 34,000 and 0.12x) against 1,300 and parity
-// before slots were purged at all. mimalloc delays its purges the same way.
+// constantly) fault every refilled page back in, under both policies, and fall far behind
+// mimalloc's throughput (mid_large_mt1; measured:
+// docs/notebook/2026-11-26-allocator-measurements.md, "How memory goes back to the OS").
+// mimalloc delays its purges the same way.
 // The superslab's resident free slots beyond the policy's floor (0 when within it).
 uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss) {
     uint32_t dirty = ss->dirty_mask & ss->free_page_mask;
@@ -254,10 +255,12 @@ void hak_arena_superslab_adopted(hak_superslab *ss) {
 // A superslab nobody owns (abandoned by an exiting thread, or visited on the abandoned list):
 // no heap checks its deadline, so one is set here and acted on here. The lean policy purges
 // every resident free slot at once. Speed-first gives the purge delay a chance, as in a live
-// heap: a thread of the next generation adopts the slots warm (bench_larson, a thread per
-// generation: 0.77x the page faults and 1.055x faster than purging them at abandonment), and
-// the first abandonment or visit after the deadline purges them all if they are still more
-// than the floor.
+// heap: a thread of the next generation adopts the slots warm instead of faulting in again
+// the pages its predecessor just left, which a program with a thread per generation
+// (bench_larson) pays for in page faults and time when they are purged at abandonment
+// (measured: docs/notebook/2026-11-26-allocator-measurements.md, "How memory goes back to
+// the OS"), and the first abandonment or visit after the deadline purges them all if they are
+// still more than the floor.
 void hak_arena_superslab_unowned(hak_superslab *ss) {
     if (!hak_arena_slots_beyond_floor(ss)) {
         ss->purge_due_ns = 0;
@@ -277,17 +280,19 @@ void hak_arena_superslab_unowned(hak_superslab *ss) {
 // that an adopter (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages
 // of any other sizes with them. With pages shared by all classes, bench_churn's new threads
 // adopted the superslabs of the exited ones unevenly and cut fresh pages while the others held
-// the free blocks: 917 fresh pages in a run, 823 of them while other heaps had free blocks of
-// the class. One superslab per class did as well for memory but cost bench_larson (a thread
-// per generation, 28 classes) a quarter of its speed: each new thread cut a page in a
-// superslab of each class, and the free-list heads it pops sat in as many more header pages
-// and cache lines. Speed-first shares superslabs between all classes: with groups there
-// too, bench_churn ran 1.06x faster in 0.81 of the memory, but bench_larson 0.965x in 1.38x
-// its peak RSS (docs/allocator.md, "Adoption"). Pages of classes above 8 KiB (medium and big
-// pages, 1-4 to a superslab) have groups under both policies: larson's classes are all small,
-// and once SmallObject v3 served the classes up to 256 KiB, bench_churn's new threads adopted
-// medium superslabs for one group and took over free blocks of the others' with them (its
-// peak RSS 78 MB against 66 with those blocks on the large path; with groups, 71-72 MB).
+// the free blocks: most of its fresh pages were cut while other heaps had free blocks of the
+// class. One superslab per class did as well for memory but cost bench_larson (a thread per
+// generation, 28 classes) much of its speed: each new thread cut a page in a superslab of each
+// class, and the free-list heads it pops sat in as many more header pages and cache lines.
+// Speed-first shares superslabs between all classes: with groups there too, bench_churn ran
+// faster in less memory, but bench_larson slower in more (docs/allocator.md, "Adoption";
+// measured: docs/notebook/2026-11-26-allocator-measurements.md, "Adoption: which abandoned
+// superslab"). Pages of classes above 8 KiB (medium and big pages, 1-4 to a superslab) have
+// groups under both policies: larson's classes are all small, and once SmallObject v3 served
+// the classes up to 256 KiB, bench_churn's new threads adopted medium superslabs for one group
+// and took over free blocks of the others' with them, which raised its peak RSS above what it
+// had with those blocks on the large path; groups took back part of it (measured:
+// docs/notebook/2026-12-07-source-comments.md#arenac-medium-superslabs-per-group).
 unsigned hak_arena_class_affinity(unsigned cls) {
     return hak_option[HAK_OPT_SS_MEM_LEAN] || hak_class_kind[cls] != HAK_KIND_SMALL
                ? hak_class_group_bit(cls)

@@ -250,8 +250,9 @@ void hak_heap_trim_spare(hak_heap *heap) {
 // class is not walked (a loop of one malloc and one free empties it at every free), and these
 // are the probes' cases that glibc catches by its chunk headers (docs/allocator.md).
 // The class's current page stays as it is (hak_heap_page_emptied's first test), decided
-// before the heap is marked busy: such a loop then runs no stack frame and no busy mark here
-// (a bare free(malloc(64)) loop: 88 -> 81 instructions an iteration, callgrind).
+// before the heap is marked busy: such a loop (a bare free(malloc(64))) then runs no stack
+// frame and no busy mark here (measured: docs/notebook/2026-12-02-mid-classes-default.md, "The
+// free that empties a class's current page").
 static HAK_NOINLINE void free_emptied_other(hak_heap *heap, hak_page *page) {
     hak_heap_enter(heap);
     hak_heap_page_emptied(heap, page);
@@ -261,13 +262,15 @@ static HAK_NOINLINE void free_emptied_other(hak_heap *heap, hak_page *page) {
 // The current page of a medium or big class emptied. A free there makes its page the class's
 // current one (wrappers.c), so frees in allocation order empty every page while it is current,
 // and the page then stays in the queue when the next free makes another current: a thread that
-// freed 100 MiB of 1-16 KiB blocks that way kept 161 of its 165 medium pages in use with no
-// block in them (notebook 2026-12-02-evening). The emptied page stays current, ready for the
-// next malloc, unless HAK_LEFT_EMPTY_KEEP other empty pages of its class wait in the queue
-// (looked for among its first HAK_LEFT_EMPTY_SCAN): then it goes where the free that emptied
-// it would have sent it had it not been current, and the queue's first page is current.
-// Releasing every such page instead cost mid_large_mt1 9 % of its throughput (its pages empty
-// and refill all the time); a test on every medium free, 1.6 % of its instructions. A heap
+// freed 100 MiB of 1-16 KiB blocks that way kept nearly all its medium pages in use with no
+// block in them. The emptied page stays current, ready for the next malloc, unless
+// HAK_LEFT_EMPTY_KEEP other empty pages of its class wait in the queue (looked for among its
+// first HAK_LEFT_EMPTY_SCAN): then it goes where the free that emptied it would have sent it
+// had it not been current, and the queue's first page is current. Releasing every such page
+// instead cost mid_large_mt1 throughput (its pages empty and refill all the time, and released
+// pages come back through the slow paths), and a test on every medium free costs instructions
+// on the fast path; this test runs only on the free that empties the current page (measured:
+// docs/notebook/2026-12-02-evening.md, "The thread chain"). A heap
 // that is shrinking (hak_heap_shrinking: it gives pages back and takes none) keeps none of
 // them: the emptied page and the other empty pages among the first HAK_LEFT_EMPTY_SCAN go
 // back. A thread that freed its data and then waited kept three empty 512 KiB pages of each

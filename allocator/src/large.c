@@ -25,20 +25,23 @@
 //     region's delay has passed), else split, its tail cached; when none holds it, the largest
 //     smaller one grown by mremap (its pages move warm). A freed region joins the cached region
 //     after it (resident with resident). The lean policy cached 512 KiB before issue #30 and
-//     unmapped it at every thread exit: bench_thread_churn under BALANCED then mapped 5,251
-//     large regions a run; with this cache, purged after 10 ms and at every thread exit, 272,
-//     but it still faulted in every big block anew (see HAK_LARGE_PURGE_DELAY_NS).
+//     unmapped it at every thread exit, so a program whose threads come and go
+//     (bench_thread_churn under BALANCED) mapped its large regions anew every round; with this
+//     cache, purged after 10 ms and at every thread exit, it mapped few, but it still faulted
+//     in every big block anew (see HAK_LARGE_PURGE_DELAY_NS).
 //     Without any cache a program that frees and allocates blocks of 32-64 KiB in a loop pays
 //     an mmap, a munmap and 8-16 page faults for every one of them (bench_churn under
-//     BALANCED: 19x glibc's page faults), and its threads' page faults wait for each other's
-//     mmap and munmap on the kernel's lock of the address space. 64 regions and 8 MiB still
-//     left bench_churn (4 threads, ~200 such blocks live) with ~900 fresh mappings and ~500
-//     voluntary context switches a run (mimalloc: ~20); 256 and 32 MiB leave ~330 mappings
-//     (its peak of live blocks) and ~270 switches. Regions of any size are cached within the
+//     BALANCED took many times glibc's page faults so), and its threads' page faults wait for
+//     each other's mmap and munmap on the kernel's lock of the address space. 64 regions and
+//     8 MiB, less than its live blocks at their peak, still left bench_churn (4 threads, ~200
+//     such blocks live) with many fresh mappings a run and its threads sleeping on that lock
+//     far more often than under mimalloc; 256 and 32 MiB leave only its peak of live blocks
+//     to be mapped fresh. Regions of any size are cached within the
 //     byte limit: a vector grown by realloc is freed at its largest, and the next one starts at
 //     half that size and grows back (bench_churn's threads' pointer arrays, 800 KiB -> 1.6 MiB:
-//     with 1 MiB as the largest region cached each was a fresh mapping, ~7,000 of the run's
-//     29,000 page faults), and a loop over blocks of several MiB reuses them (issue #30).
+//     with 1 MiB as the largest region cached each was a fresh mapping whose pages faulted
+//     in), and a loop over blocks of several MiB reuses them (issue #30). (Measured:
+//     docs/notebook/2026-12-07-source-comments.md#largec-the-caches-size.)
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -58,9 +61,10 @@
 // the freed size, up to 32 MiB). "Recently": the highest live total seen at a free, halved every
 // HAK_LARGE_PEAK_HALF_LIFE_NS. Twice: with a few big blocks live at once and freed out of order
 // (bench_bigblock --live 4), a cache of once the live peak was full as often as not when a block
-// was freed, which was then unmapped while the next request found no cached region to hold it:
-// 98,900 page faults a run against 52,600-61,700 with twice (tcmalloc 49,300, whose page heap
-// keeps everything), at the same peak RSS (153-171 MB; tcmalloc 179). What it holds beyond the
+// was freed, which was then unmapped while the next request found no cached region to hold it
+// and faulted in a fresh one; with twice, far fewer page faults, near tcmalloc's (whose page
+// heap keeps everything), at the same peak RSS (measured:
+// docs/notebook/2026-11-26-allocator-measurements.md, "Large blocks"). What it holds beyond the
 // live set is resident for the purge delay only.
 #define HAK_LARGE_PEAK_HALF_LIFE_NS ((uint64_t)1000 * 1000 * 1000)
 #define HAK_LARGE_TABLE_MIN         1024 // entries (32 KiB)
@@ -70,27 +74,27 @@
 // munmap waits for it. A span is then a region like any other (its own table entry, cached,
 // purged, unmapped, grown by mremap, which moves it out of its chunk); the chunk is never
 // freed as a whole. What a chunk cannot fit at its end is unmapped when the next is mapped.
-// Speed-first only: under the lean policy bench_churn's peak RSS under BALANCED rose 3 % with
-// them (measured when its cache kept 512 KiB, so freed spans were unmapped one by one).
+// Speed-first only: under the lean policy bench_churn's peak RSS under BALANCED rose with
+// them (measured when its cache kept 512 KiB, so freed spans were unmapped one by one:
+// docs/notebook/2026-11-26-allocator-measurements.md, "Spans from chunks").
 #define HAK_LARGE_SPAN_MAX ((size_t)256 << 10)
 #define HAK_LARGE_CHUNK    ((size_t)4 << 20)
 // A cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of 256 regions
 // reused best-fit keeps some waiting longer than 10 ms between uses, and bench_churn then
-// purged and faulted them back in (1,700-2,100 madvise calls and ~45,000 page faults a run,
-// against ~550 and ~28,500 with 100 ms or with no purge at all). The lean policy waits as long
-// since issue #30; it purged them after 10 ms and at every thread exit before, and in a program
-// whose threads come and go a round at a time (bench_thread_churn: 8 threads a round, 20-30 ms
-// a round on this VM) the next round's threads faulted in again every big block the last
-// round's had freed: ~390,000 page faults a run against ~77,000 under speed-first. Without the
-// exit purge, 10 ms still left ~240,000, 50 ms ~110,000 on a quiet VM but 160,000-240,000 when
-// other jobs slowed the run (the delay is wall-clock time), 100 ms 125,000-145,000 then.
-// Speed-first waits 1 s: mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced
-// every ~2 ms) leaves some cached regions unused for longer than 100 ms, which were purged and
-// faulted in again when a request took them: 44 purges and 268,000-294,000 page faults a run,
-// 1.6x tcmalloc's, against 140,000 with 1 s, at the same peak RSS (the peak is the live blocks
-// and the one being replaced, not what waits in the cache; docs/notebook/2026-12-03.md).
-// bench_large pays for it: 420 MB peak against 395, at 0.9x the time. The lean policy keeps
-// 100 ms.
+// purged and faulted them back in, where with 100 ms it faults no more than with no purge at
+// all. The lean policy waits as long since issue #30; it purged them after 10 ms and at every
+// thread exit before, and in a program whose threads come and go a round at a time
+// (bench_thread_churn: 8 threads a round, each round longer than 10 ms) the next round's
+// threads faulted in again every big block the last round's had freed. Without the exit purge,
+// shorter delays still did so, the more when other jobs slowed the run (the delay is
+// wall-clock time, and a slowed round needs more of it). Speed-first waits 1 s:
+// mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced every few ms) leaves
+// some cached regions unused for longer than 100 ms, which were purged and faulted in again
+// when a request took them, at the same peak RSS either way (the peak is the live blocks and
+// the one being replaced, not what waits in the cache). bench_large pays for it with a higher
+// peak (its cached regions are still resident when the peak comes) in less time. The lean
+// policy keeps 100 ms. (Measured:
+// docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
 #define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
 #define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
 
@@ -102,9 +106,9 @@ typedef struct hak_large {
     // Which mapping (kernel VMA) the region lies in: regions of different mappings are never
     // joined, however adjacent their addresses, because mremap refuses (EFAULT) a range that
     // spans two mappings. Before, a request grown from such a joined region found the call
-    // failing, unmapped the region and mapped a fresh one: bench_bigblock --live 4 dropped and
-    // faulted in again 13-26 MiB three times a run (52,500 page faults against 48,100 now and
-    // tcmalloc's 48,100).
+    // failing, unmapped the region and mapped a fresh one, whose pages all faulted in again
+    // (bench_bigblock --live 4; measured:
+    // docs/notebook/2026-12-07-source-comments.md#largec-regions-of-two-mappings).
     uint32_t map_id;
 } hak_large;
 
@@ -282,7 +286,8 @@ static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
     // the region's delay has passed: schedule_tail_purge), a larger one is split and its tail
     // stays cached. (Splitting every larger region under the lean policy, so that the rest
     // stayed cached, filled the cache with fragments: bench_thread_churn under BALANCED then
-    // found no cached region for ~400 frees and ~200 requests a run.)
+    // found no room in the cache for some of its frees and no cached region for some of its
+    // requests; measured: docs/notebook/2026-12-07-source-comments.md#largec-region-splitting.)
     // Among the regions it would take whole, a resident one is preferred to a purged one: its
     // pages need no fault (the cache, up to twice the recent live peak, may well hold a smaller
     // purged region too). A larger resident region is not cut up for a request that a purged
@@ -696,8 +701,9 @@ static uint64_t joined_due(uint64_t a, uint64_t b) {
 // join it (the tails cache_take split off, spans cut from one chunk), so that a request larger
 // than either finds them whole again. Only regions after it: a region keeps its start, where a
 // request takes its block, and that is the part its last user wrote (joined to a region before
-// it, the next block came from that one's never-written tail as often as not: test_release's
-// regrown vector faulted in 1.2 MiB a round so, now and then). Under the lock.
+// it, the next block came from that one's never-written tail as often as not, and test_release's
+// regrown vector faulted in much of itself again now and then; measured:
+// docs/notebook/2026-11-26-allocator-measurements.md, "Large blocks"). Under the lock.
 static hak_large *coalesce(hak_large *e, uint64_t *due) {
     uint64_t now = 0;
     for (unsigned i = 0; i < cache_count;) {
@@ -729,9 +735,10 @@ static hak_large *coalesce(hak_large *e, uint64_t *due) {
 // it): a purged region before a resident one (it holds no memory, only address space and a
 // slot), the largest of them (fewest unmaps), else the resident region freed longest ago.
 // Before, such a cache refused every new region instead, and a program that freed and allocated
-// one 48 KiB block in a loop got it unmapped and a fresh one each round (test_release under a
-// loaded machine: 1,999 of 2,000 blocks at a new address, ~3 page faults a round), while
-// regions nobody had touched for seconds kept their slots. Under the lock, cache not empty.
+// one 48 KiB block in a loop got it unmapped and a fresh one, its pages faulted in, nearly every
+// round (test_release on a loaded machine; measured: docs/notebook/2026-11-26-not-kept.md,
+// "Issue #30, third pass"), while regions nobody had touched for seconds kept their slots.
+// Under the lock, cache not empty.
 static unsigned eviction_victim(void) {
     unsigned best = 0;
     for (unsigned i = 1; i < cache_count; i++) {

@@ -8,9 +8,11 @@
 //
 // Bits 0-21 the owner's kernel thread id (Linux never hands out ids of 2^22 or more:
 // PID_MAX_LIMIT), bits 22-30 the depth, bit 31 someone sleeps on the futex. Contended
-// acquisitions spin briefly before they sleep, as glibc's adaptive mutex did here before
-// (bench_churn's 4 threads on 2 cores made ~1,000 futex calls a run on the large lock with a
-// plain mutex; see docs/allocator.md).
+// acquisitions spin briefly before they sleep, as glibc's adaptive mutex did here before: the
+// locks are held for a few instructions, and with a plain mutex threads that allocate and free
+// large blocks (bench_churn's 4 threads on 2 cores) made many times the futex calls on the
+// large lock (docs/allocator.md, "Global locks"; measured:
+// docs/notebook/2026-11-26-allocator-measurements.md, "Thread exit, fork, process start").
 #ifndef HAK_LOCK_H
 #define HAK_LOCK_H
 

@@ -147,7 +147,9 @@ static void report_unknown_variables(void) {
             known = strlen(option_table[i].name) == len &&
                     strncmp(option_table[i].name, name, len) == 0;
         if (known) continue;
-        // Only an unknown name pays for the edit distances (~60k instructions a variable).
+        // Only an unknown name pays for the edit distances (one against every row of the
+        // table), which every variable set would otherwise add to the process's start-up
+        // (measured: docs/notebook/2026-12-07-source-comments.md#optionsc-unknown-names).
         size_t best = (size_t)-1;
         const char *closest = option_table[0].name;
         for (int i = 0; i < HAK_OPTION_COUNT; i++) {

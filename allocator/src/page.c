@@ -166,8 +166,9 @@ static uint64_t *purged_bits(const hak_page *page) {
 // few at a time when the lists run dry (hak_page_restore_purged). Unlike the purge at thread
 // exit, which keeps each block's first OS page for its link, this returns all of a 10-32 KiB
 // block but the OS pages it shares with its neighbours. Purging without the mark, whatever
-// lay past the first few, made mid_large_mt1 (a steady live set of 8-32 KiB blocks) fault
-// 2.5x as often and run at half the speed.
+// lay past the first few, made mid_large_mt1 (a steady live set of 8-32 KiB blocks) fault far
+// more often and run far slower: the blocks it was about to reuse went back and faulted in
+// again (measured: docs/notebook/2026-11-24-not-kept.md, "Issue #11, ninth pass").
 #define HAK_RESTORE_STEP 4
 // A link the purge follows, checked in full: a forged one must not be written or madvise'd.
 static hak_block *checked_link(const hak_page *page, const hak_block *b) {

@@ -26,15 +26,17 @@ int hak_release_cached(void) {
 
 // The lean policy's purge of idle medium blocks. A heap's live set of 10-32 KiB blocks breathes,
 // per class, over a few blocks of one 512 KiB page, and what it held at its highest stayed
-// resident, per class and per thread: bench_churn under BALANCED, at its peak, held 8.5 MiB of
-// medium pages for 4.8 MiB of live blocks. So every HAK_IDLE_TICK_EVERY allocation slow paths a
+// resident, per class and per thread: bench_churn under BALANCED, at its peak, held far more
+// medium pages than live medium blocks. So every HAK_IDLE_TICK_EVERY allocation slow paths a
 // heap reads the coarse clock, and once HAK_IDLE_NS have passed since its last pass, the free
 // blocks of its medium pages beyond the HAK_IDLE_KEEP most recently freed of each page that
 // were free there at the last pass already give all their memory back; the others are marked
 // for the next (hak_page_purge_idle_blocks). A block goes back once it has been free for
 // HAK_IDLE_NS to 2 HAK_IDLE_NS. Passes every 256 slow paths without the clock made
-// mid_large_mt1 (4 ms of a steady live set of 8-32 KiB blocks) 13 % slower for 20 % more page
-// faults. Speed-first keeps them (its countdown wraps around: 2^32 slow paths).
+// mid_large_mt1 (a steady live set of 8-32 KiB blocks) slower, with more page faults: counted
+// in slow paths, a busy heap's blocks are not idle long before they go (both measured:
+// docs/notebook/2026-12-07-source-comments.md#purgec-idle-medium-blocks). Speed-first keeps
+// them (its countdown wraps around: 2^32 slow paths).
 #define HAK_IDLE_TICK_EVERY 256
 #define HAK_IDLE_KEEP       4
 #define HAK_IDLE_NS         (10u * 1000u * 1000u)

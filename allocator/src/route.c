@@ -78,8 +78,9 @@ void hak_route_init(void) {
             (uint8_t)(hak_tiny_group[c] == 6 && hak_class_block_size[c] % 64 ? c + 1 : c);
     // Every heap starts with these size -> class tables (a copy, hak_heap_create: a heap's own
     // tiny table changes when it splits a merged class). Computed once here: built per heap,
-    // the mid table alone took 20,000 instructions of every thread's start with the classes up
-    // to 256 KiB served.
+    // the tables (the mid table most of all, with the classes up to 256 KiB served) cost every
+    // thread's start far more than the copy does (measured:
+    // docs/notebook/2026-12-02-mid-classes-default.md, "Every thread's start").
     for (size_t n = 0; n <= HAK_TINY_MAX; n++)
         hak_route_class_of_size[n] = hak_class_merged_into[hak_tiny_class_of(n)];
     // Index i covers sizes (256 (i - 1), 256 i]; class boundaries are multiples of 256 B.

@@ -131,10 +131,11 @@ empty:
 
 // The owner free of block p into `page` (found from p's address), if the fast path takes it:
 // onto local_free (small pages), or, on medium and big pages (`lifo`), onto free itself, so
-// that the next malloc of the class gets the block just freed while it is still in cache
-// (bench_mid_large_mt: 8-32 KiB blocks, 1.04x with one thread and with two, 3.5 % fewer
-// instructions: local_free rarely has to be collected). A page whose free list never runs dry
-// would never collect its remote frees, so while any wait on it the block goes to local_free.
+// that the next malloc of the class gets the block just freed while it is still in cache, and
+// local_free rarely has to be collected (bench_mid_large_mt, 8-32 KiB blocks, with one thread
+// and with two; measured: docs/notebook/2026-11-26-allocator-measurements.md, "SmallObject v3,
+// measured"). A page whose free list never runs dry would never collect its remote frees,
+// so while any wait on it the block goes to local_free.
 static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int lifo) {
     hak_heap *heap = hak_tls_heap;
     hak_block *block = p;
