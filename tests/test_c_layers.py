@@ -30,9 +30,14 @@ LAYERS = [
     # per-thread heaps, the heap's purges and trim, routing by size, zero-size blocks
     {"heap.c", "purge.c", "route.c", "zero.c"},
     {"front.c"},  # the fronts' refill paths
-    {"init.c"},  # process and thread start and exit
+    {"init.c", "report.c"},  # process and thread start and exit, the stats printed at exit
     {"wrappers.c", "cxx.c"},  # the malloc API and the C++ operators
 ]
+
+# Each layer's header (the functions it offers the layers above; it includes the one below).
+# The base headers (types.h, error.h, options.h, stats.h, lock.h, sizeclass.h) are layer 0.
+LAYER_HEADERS = ["types.h", "os.h", "segment.h", "page.h", "heap.h", "front.h", "init.h", "api.h"]
+INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
 # the memory system calls: only os.c makes them
 SYSCALLS = {"mmap", "mmap64", "munmap", "mremap", "madvise", "mprotect", "brk", "sbrk"}
@@ -43,24 +48,31 @@ NODE = re.compile(
 EDGE = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
 
 
-def compile_graph(sources: list[Path], out: Path, include: Path = SRC):
-    """gcc -fcallgraph-info over ``sources`` (-O0: the calls as written, none inlined away):
-    {function: the .c file defining it} and [(caller, callee, the unit compiling the call)]."""
+# Each build compiles other code (hot-path counters and their printer, the debug checks, the
+# secure build's checks): the graph is the union of every variant's.
+VARIANT_DEFINES = ([], ["-DHAK_STATS_HOT=1", "-DHAK_DEBUG=1"], ["-DHAK_SECURE=1"])
+
+
+def compile_graph(sources: list[Path], out: Path, include: Path = SRC, variants=VARIANT_DEFINES):
+    """gcc -fcallgraph-info over ``sources`` (-O0: the calls as written, none inlined away), once
+    per variant: {function: the .c file defining it} and [(caller, callee, the unit compiling
+    the call)]."""
     defined: dict[str, str] = {}
     calls: list[tuple[str, str, str]] = []
-    for src in sources:
-        r = subprocess.run(
-            ["gcc", "-std=c11", "-D_GNU_SOURCE", "-O0", f"-I{include}",
-             f"-I{ROOT / 'allocator' / 'include'}", "-fcallgraph-info", "-c", str(src),
-             "-o", str(out / f"{src.stem}.o")],
-            cwd=out, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert r.returncode == 0, r.stderr[-2000:]
-        text = (out / f"{src.stem}.ci").read_text()
-        for name, path, external in NODE.findall(text):
-            if not external and path.endswith(".c"):
-                defined[name] = Path(path).name
-        calls += [(a, b, src.name) for a, b in EDGE.findall(text)]
+    for defines in variants:
+        for src in sources:
+            r = subprocess.run(
+                ["gcc", "-std=c11", "-D_GNU_SOURCE", "-O0", *defines, f"-I{include}",
+                 f"-I{ROOT / 'allocator' / 'include'}", "-fcallgraph-info", "-c", str(src),
+                 "-o", str(out / f"{src.stem}.o")],
+                cwd=out, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr[-2000:]
+            text = (out / f"{src.stem}.ci").read_text()
+            for name, path, external in NODE.findall(text):
+                if not external and path.endswith(".c"):
+                    defined[name] = Path(path).name
+            calls += [(a, b, src.name) for a, b in EDGE.findall(text)]
     return defined, calls
 
 
@@ -103,6 +115,29 @@ def edges(graph):
 def test_every_source_file_has_a_layer():
     placed = set().union(*LAYERS)
     assert {p.name for p in SRC.glob("*.c")} == placed
+
+
+def header_layer(name: str) -> int:
+    return LAYER_HEADERS.index(name) if name in LAYER_HEADERS else 0
+
+
+def headers_above(source: Path, layers=LAYERS) -> list[str]:
+    """The headers ``source`` includes that belong to a layer above its own."""
+    level = {f: i for i, layer in enumerate(layers) for f in layer}[source.name]
+    included = INCLUDE.findall(source.read_text())
+    return [h for h in included if header_layer(Path(h).name) > level]
+
+
+def test_each_file_includes_no_header_above_its_layer():
+    above = {p.name: headers_above(p) for p in sorted(SRC.glob("*.c"))}
+    assert not {f: h for f, h in above.items() if h}, above
+
+
+def test_a_header_above_the_layer_is_found(tmp_path):
+    (tmp_path / "page.c").write_text('#include "heap.h"\nint x;\n')
+    assert headers_above(tmp_path / "page.c") == ["heap.h"]
+    (tmp_path / "page.c").write_text('#include "segment.h"\n#include "types.h"\n')
+    assert headers_above(tmp_path / "page.c") == []
 
 
 def test_no_call_goes_up_a_layer(edges):

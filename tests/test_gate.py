@@ -302,7 +302,7 @@ def test_page_slots_purged_at_once_fail_the_gate_on_faults_not_instructions(tmp_
         return define.sub("#define HAK_PURGE_DELAY_NS 0u", text)
 
     build = patched_tree(
-        tmp_path, repo_root, "internal.h", patch, ["build/bench/bench_mid_large_mt"]
+        tmp_path, repo_root, "segment.h", patch, ["build/bench/bench_mid_large_mt"]
     )
     # LEGACY is not a shipping profile: a copy of the matrix gates it
     matrix = tmp_path / "legacy_gate.toml"

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "segment.h"
 #include "options.h"
 
 static hak_lock cache_lock = HAK_LOCK_INIT(cache);

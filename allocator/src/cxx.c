@@ -9,14 +9,14 @@
 // both come from libstdc++ by weak references, present whenever a C++ program is what calls.
 // Sized deletes use the size the caller gives (as tcmalloc does): in the fast build a block of
 // at most 8 KiB goes straight to its small page's free list, without reading the registry
-// (hak_sized_free_small, internal.h); the debug and secure builds check that the size fits the
+// (hak_sized_free_small, api.h); the debug and secure builds check that the size fits the
 // block (a mismatched delete is reported like an invalid free: hak_free_sized).
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "hakmem.h"
-#include "internal.h"
+#include "api.h"
 
 typedef void (*hak_new_handler)(void);
 hak_new_handler _ZSt15get_new_handlerv(void) __attribute__((weak));

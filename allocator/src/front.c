@@ -1,8 +1,7 @@
 // Front paths: what happens on the slow paths of the size classes a front serves. Every front
 // shares the two inline fast paths (pop heap->direct[cls], push page->local_free) and this one
-// slow-path skeleton; a front is a policy, four numbers in a row of the fronts' table (route.c:
-// hak_fronts), not a copy of the
-// code:
+// slow-path skeleton; a front is a policy, four numbers in a row of the fronts' table
+// (types.h: HAK_FRONTS), not a copy of the code:
 //   carve_bytes   how much of a page is linked into its free list at once, and
 //   carve_blocks  at least how many blocks: a small step never touches (faults in) the rest
 //                 of a page that holds few live blocks; a whole page costs one slow path
@@ -23,7 +22,7 @@
 //                  one empty page per class retained, so a class whose live set drifts
 //                  across a page boundary reuses its blocks instead of taking a fresh page
 //                  (another slot, another block grid, fresh memory) at every crossing
-#include "internal.h"
+#include "front.h"
 
 static hak_page *reuse_empty_page(hak_heap *heap, unsigned cls) {
     hak_page *page = heap->spare[cls];

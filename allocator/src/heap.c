@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "heap.h"
 
 static hak_lock heaps_lock = HAK_LOCK_INIT(heaps);
 static hak_heap *heaps_live;   // every heap in use (for stats at exit)

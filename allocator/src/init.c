@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 
-#include "internal.h"
+#include "init.h"
 #include "options.h"
 
 hak_page hak_page_empty; // never written: free == NULL and local_owner == NULL forever

@@ -48,7 +48,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "segment.h"
 #include "options.h"
 
 #define HAK_LARGE_CACHE_COUNT     256

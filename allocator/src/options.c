@@ -10,7 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "types.h"
 
 extern char **environ;
 

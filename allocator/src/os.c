@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "internal.h"
+#include "os.h"
 
 #ifndef MAP_HUGE_SHIFT
 #define MAP_HUGE_SHIFT 26

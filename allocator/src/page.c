@@ -3,12 +3,12 @@
 //   local_free   the owner's frees; moved to `free` when `free` runs dry, so the owner comes
 //                back here regularly and picks up remote frees too
 //   xthread_free other threads' frees, pushed with one CAS; flag bits in its low bits
-//                (HAK_XT_FULL, HAK_XT_NOTIFYING, see internal.h and hak_page_free_remote)
+//                (HAK_XT_FULL, HAK_XT_NOTIFYING, see types.h and hak_page_free_remote)
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 
-#include "internal.h"
+#include "page.h"
 
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     hak_superslab *ss = hak_superslab_of_page(page);

@@ -4,7 +4,7 @@
 // cached given back (hak_release_cached) so that the caller may try its mapping again.
 #include <errno.h>
 
-#include "internal.h"
+#include "heap.h"
 #include "options.h"
 
 #define HAK_PURGE_CHECK_EVERY 16

@@ -10,7 +10,7 @@
 //   4. legacy           everything else
 // The switches win in that order over the profile, so turning one on for an A/B changes the
 // route of its classes (and its group's route_hits shows it).
-#include "internal.h"
+#include "heap.h"
 #include "options.h"
 
 // Masks: bit i = every class of tiny group Ci (C0..C7, bits 0-7), bit 8 + j = every class of
@@ -39,7 +39,7 @@ static int in_mask(long mask, unsigned cls) {
     return ((unsigned long)mask & HAK_CLASS_MASK) >> hak_class_group_bit(cls) & 1u;
 }
 
-// The fronts' table as data (internal.h: HAK_FRONTS). Compared by address (stats.c).
+// The fronts' table as data (types.h: HAK_FRONTS). Compared by address (stats.c).
 #define HAK_FRONT_ROW(id, name, carve, blocks, spare, sized)                                       \
     [HAK_FRONT_##id] = {name, carve, blocks, spare, sized},
 const hak_front hak_fronts[HAK_FRONT_COUNT] = {HAK_FRONTS(HAK_FRONT_ROW)};
@@ -71,7 +71,7 @@ void hak_route_init(void) {
         served = served && (v3 || size <= HAK_MID_MAX);
         if (served) hak_small_max = size;
     }
-    // C6's odd classes start merged into the next (internal.h, hak_class_merged_into); both
+    // C6's odd classes start merged into the next (types.h, hak_class_merged_into); both
     // are of one group, so of one route (route masks are per group).
     for (unsigned c = 0; c < HAK_TINY_CLASS_COUNT; c++)
         hak_class_merged_into[c] =

@@ -111,6 +111,11 @@ typedef struct {
 
 struct hak_heap;
 void hak_stats_merge_heap(struct hak_heap *heap);
-void hak_stats_print(void);
+#if HAK_STATS_HOT
+// The hot-path counters of every heap destroyed so far, summed word by word (stats.c).
+#define HAK_HOT_STATS_WORDS (sizeof(hak_hot_stats) / sizeof(uint64_t))
+extern _Atomic uint64_t hak_stats_merged[HAK_HOT_STATS_WORDS];
+#endif
+void hak_stats_print(void); // report.c: every enabled group, at exit
 
 #endif

@@ -1,4 +1,4 @@
-// Superslabs: 2 MiB-aligned regions split into pages of one size (see internal.h), the
+// Superslabs: 2 MiB-aligned regions split into pages of one size (see types.h), the
 // registry that tells our regions from foreign memory, and the list of superslabs abandoned
 // by exited threads with blocks still live.
 #include <errno.h>
@@ -6,7 +6,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 
-#include "internal.h"
+#include "segment.h"
 
 _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
@@ -74,7 +74,7 @@ hak_superslab *hak_superslab_acquire(hak_heap *heap, unsigned page_kind, unsigne
     ss->purge_due_ns = 0;
     ss->young_mask = ss->graced_mask = 0;
 #ifdef HAK_SECURE
-    // New secrets for its links (internal.h, hak_link_encode); from the process's key stream
+    // New secrets for its links (types.h, hak_link_encode); from the process's key stream
     // when the kernel's pool cannot answer at once.
     if (getrandom(ss->secrets, sizeof ss->secrets, GRND_NONBLOCK) != (ssize_t)sizeof ss->secrets)
         for (unsigned i = 0; i < HAK_PAGES_PER_SS; i++)

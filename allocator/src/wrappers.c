@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "hakmem.h"
-#include "internal.h"
+#include "api.h"
 
 // The secure build's tail canary: the last word of every block of a size class holds a value
 // made of a secret and the block's address while the block is allocated (usable sizes are a
@@ -221,7 +221,7 @@ static inline __attribute__((always_inline)) void free_small_page(void *p) {
     free_miss(p, page, hak_tls_heap, HAK_PAGE_SIZE - 1);
 }
 
-// A block its caller says lies on a small page (internal.h: HAK_SIZED_SMALL_MAX): no registry
+// A block its caller says lies on a small page (api.h: HAK_SIZED_SMALL_MAX): no registry
 // byte read.
 HAK_HOT_ALIGN void hak_free_small(void *p) {
     free_small_page(p);
@@ -233,7 +233,7 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
     uintptr_t a = (uintptr_t)p;
     uintptr_t chunk = a >> HAK_SS_SHIFT;
     if (HAK_LIKELY(chunk < HAK_REGISTRY_SIZE)) {
-        // HAK_REGISTRY_PEEK: a plain byte read (internal.h).
+        // HAK_REGISTRY_PEEK: a plain byte read (types.h).
         if (HAK_LIKELY(HAK_REGISTRY_PEEK(chunk) == HAK_REG_SMALL)) {
             free_small_page(p);
             return;

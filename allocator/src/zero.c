@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "heap.h"
 
 #ifdef HAK_SECURE
 #define HAK_ZERO_SLOT  16

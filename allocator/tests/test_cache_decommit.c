@@ -16,7 +16,7 @@
 
 #if defined(HAKTEST_LINKS_HAKMEM) && defined(HAKTEST_DEBUG_BUILD)
 #define HAK_DEBUG 1
-#include "internal.h"
+#include "api.h"
 #include "options.h"
 
 #include <sys/mman.h>

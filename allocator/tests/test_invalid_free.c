@@ -281,7 +281,7 @@ static void run_case(enum invalid_case which) {
 
 #ifdef HAKTEST_SECURE_BUILD
 #define HAK_SECURE
-#include "../src/internal.h"
+#include "../src/api.h"
 // The secure build's tail canary: its first byte, the one an off-by-one write past the block
 // hits (a NUL, in the classic strcpy bug), must never be 0, whatever the process's key, or
 // that write passes unnoticed for the keys whose low byte is 0. The key is swapped only

@@ -1,4 +1,4 @@
-// test_link_tamper: the secure build's free-list link encoding (allocator/src/internal.h,
+// test_link_tamper: the secure build's free-list link encoding (allocator/src/types.h,
 // hak_link_encode / hak_link_decode) detects a change of any byte of a stored link with
 // probability at least 1 - 2^-16. The encoding is compiled in here as the secure build has it,
 // against a superslab-shaped region with random secrets; the allocator under test does not
@@ -8,7 +8,7 @@
 //   random words:             a stored word replaced by a random one (a forged link)
 // Each must pass the tag check at most 2^-16 of the time (the tag has 17 bits: 2^-17 expected).
 #define HAK_SECURE 1
-#include "internal.h"
+#include "api.h"
 #include "testhelper.h"
 
 #include <sys/mman.h>

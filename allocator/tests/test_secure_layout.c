@@ -2,7 +2,7 @@
 //   guard after each superslab: a write running off the last block of a superslab (the
 //     block nearest its 2 MiB end, of a small and of a medium class) faults at the first byte
 //     past the superslab, in a forked child, instead of landing on the page descriptors of a
-//     superslab mapped right after it (internal.h, HAK_SS_GUARD). So that the write cannot fault
+//     superslab mapped right after it (types.h, HAK_SS_GUARD). So that the write cannot fault
 //     merely because nothing happens to be mapped there, the test first maps a page of its own
 //     at that address where the kernel lets it (as it would place the next superslab, or any
 //     other mapping); the guard is the allocator's, so the kernel must refuse. Sizes served as
@@ -14,7 +14,7 @@
 #include "testhelper.h"
 #ifdef HAKTEST_SECURE_BUILD
 #define HAK_SECURE
-#include "../src/internal.h"
+#include "../src/api.h"
 #endif
 
 #include <malloc.h>

@@ -18,7 +18,7 @@
 #include <time.h>
 
 #if defined(HAKTEST_LINKS_HAKMEM)
-#include "internal.h"
+#include "api.h"
 #define CHURN_COUNTERS 1
 #endif
 
