@@ -397,14 +397,16 @@ static void purge_due_locked(void) {
 }
 
 // Lean policy: block e took a cached region whole; what lies beyond it is purged when the region
-// would have been (due; 0: it was purged already), or at once when the list is full. Under the
-// lock.
+// would have been (due; 0: it was purged already). When the list is full the tail stays resident
+// while the block lives (it is smaller than the block: a region is taken whole only up to twice
+// the request) and goes with the region's purge once the block is freed. Purging it at once
+// instead cost an madvise and the tail's page faults on nearly every large malloc of a program
+// that keeps more than the list's worth of such blocks live and replaces them fast (random
+// sizes up to 64 KiB in two threads under BALANCED: measured in
+// docs/notebook/2026-12-07.md, "The lean large cache's tails"). Under the lock.
 static void schedule_tail_purge(hak_large *e, uint64_t due) {
     if (!due || e->map_size == e->usable) return;
-    if (tail_count == HAK_LARGE_CACHE_COUNT) {
-        purge_range(e->block + e->usable, e->map_size - e->usable);
-        return;
-    }
+    if (tail_count == HAK_LARGE_CACHE_COUNT) return;
     tail_block[tail_count] = e->block;
     tail_due[tail_count++] = due;
     uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);

@@ -18,7 +18,8 @@
 //   - freed large regions stay resident while cached, and are purged after the cache's delay
 //     (both policies; the lean policy purged them at every thread exit until issue #30)
 //   - lean policy: a cached region reused for a smaller request keeps no resident tail once
-//     the region's delay has passed
+//     the region's delay has passed; past the tails the allocator tracks, a tail stays with its
+//     live block instead of costing every large malloc an madvise
 //   - lean policy: when a thread exits leaving a few live mid blocks in its pages, the free
 //     blocks between them keep no more than their first OS page resident (speed-first keeps
 //     them warm for the adopter)
@@ -46,6 +47,9 @@
 #include <time.h>
 
 #include "../src/sizeclass.c"
+#if defined(HAKTEST_LINKS_HAKMEM)
+#include "api.h" // the allocator's own counters (SS_OS_STATS)
+#endif
 
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
@@ -635,6 +639,43 @@ static void test_lean_reused_region_tail_released(void) {
     free(q);
 }
 
+// Lean policy, more live large blocks with a tail to purge than the tail list holds: each
+// malloc takes a freed 400 KiB region whole for 300 KiB, and the 100 KiB behind it is due
+// when the region would have been. Once the list is full, the tail stays (the block is live,
+// the tail smaller than it) instead of an madvise and its page faults on every malloc.
+static void test_lean_tails_beyond_the_list_cost_no_madvise(void) {
+#if defined(HAKTEST_LINKS_HAKMEM)
+    if (!allocator_is_hakmem() || !env_is("HAKMEM_SS_MEM_LEAN", "1")) return;
+    enum { LIVE = 300, STEPS = 1200 };
+    static unsigned char *live[LIVE];
+    for (int i = 0; i < LIVE; i++) {
+        live[i] = malloc(400 * KiB);
+        if (!CHECK(live[i] != NULL)) return;
+        live[i][0] = 1;
+    }
+    uint64_t before = atomic_load(&hak_stats_ss_os.madvise);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int step = 0; step < STEPS; step++) {
+        int j = step % LIVE;
+        free(live[j]);
+        live[j] = malloc(300 * KiB);
+        if (!CHECK(live[j] != NULL)) return;
+        live[j][0] = 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t madvised = atomic_load(&hak_stats_ss_os.madvise) - before;
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    printf("lean: %d large mallocs past a full tail list: %llu madvise calls (%.1f ms)\n", STEPS,
+           (unsigned long long)madvised, ms);
+    // Within the purge delay (100 ms) no tail is due; a slow machine may pass it, and then due
+    // tails and regions are purged, a few each.
+    if (ms < 80.0) CHECK(madvised < STEPS / 10);
+    for (int i = 0; i < LIVE; i++)
+        free(live[i]);
+#endif
+}
+
 // A thread fills 12 small pages with 8 KiB blocks and exits with one block alive: its
 // superslab is abandoned with 11 empty page slots. Speed-first keeps them resident while the
 // purge delay runs (a thread of the next generation adopts them warm: bench_larson faulted
@@ -1004,6 +1045,7 @@ int main(void) {
     test_large_cache_serves_regrown_vector();
     test_large_cache_serves_blocks_freed_out_of_order();
     test_lean_reused_region_tail_released();
+    test_lean_tails_beyond_the_list_cost_no_madvise();
     test_abandoned_slots_purged_after_delay();
     test_lean_idle_medium_blocks_released();
     test_malloc_trim();
