@@ -299,8 +299,16 @@ static inline void *alloc_current(unsigned cls) {
 }
 
 // Out of address space, what the allocator keeps cached goes back and the block is tried once
-// more (purge.c: hak_release_cached).
+// more (purge.c: hak_release_cached). A thread's first large block makes its heap, as its first
+// small one does: the heap keeps the thread's own freed large regions for its next large blocks
+// without the shared cache's lock (large.c, "the heap's large cache"); a thread that only ever
+// allocated large blocks went through that lock for every one.
 static void *large_alloc(size_t size, size_t alignment, int zero) {
+    if (HAK_UNLIKELY(hak_tls_heap == &hak_heap_empty) && !hak_thread_exited) {
+        int saved = errno;
+        hak_thread_init(); // (no heap, no cache of its own: the shared cache serves it)
+        errno = saved;
+    }
     void *p = hak_large_alloc(size, alignment, zero);
     if (!p && size <= HAK_ADDRESS_LIMIT && hak_release_cached())
         p = hak_large_alloc(size, alignment, zero);

@@ -6,6 +6,9 @@
 
 #include <pthread.h>
 #include <time.h>
+#if defined(HAKTEST_LINKS_HAKMEM)
+#include "api.h" // the allocator's own counters (LARGE_STATS)
+#endif
 
 #define KiB         ((size_t)1024)
 #define MiB         (1024 * KiB)
@@ -273,12 +276,42 @@ static void test_exited_thread_leaves_its_large_regions(void) {
         free(again[i]);
 }
 
+// A thread that only ever allocates large blocks has a heap as any other, so speed-first keeps
+// its own freed regions for its next blocks (the heap's large cache) instead of sending every
+// one through the shared cache: until its first large block made its heap, such a thread had
+// none, and every free and malloc went to the shared cache.
+enum { OWN_ROUNDS = 16 };
+static void *large_blocks_only(void *arg) {
+    (void)arg;
+    for (int i = 0; i < OWN_ROUNDS; i++) {
+        void *p = malloc(512 * KiB); // above every size class, within the heap cache's 1 MiB
+        if (p) memset(p, 0x3c, 4096);
+        free(p);
+    }
+    return NULL;
+}
+
+static void test_large_only_thread_keeps_its_regions(void) {
+#if defined(HAKTEST_LINKS_HAKMEM) && !defined(HAKTEST_SECURE_BUILD)
+    if (!allocator_is_hakmem() || env_is("HAKMEM_SS_MEM_LEAN", "1")) return; // speed-first only
+    uint64_t before = atomic_load(&hak_stats_large.heap_cache_hit);
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, large_blocks_only, NULL) == 0)) return;
+    pthread_join(thread, NULL);
+    uint64_t hits = atomic_load(&hak_stats_large.heap_cache_hit) - before;
+    printf("a thread of large blocks only: %llu of %d mallocs from its own heap's regions\n",
+           (unsigned long long)hits, OWN_ROUNDS);
+    CHECK(hits >= OWN_ROUNDS - 1); // all but the first
+#endif
+}
+
 int main(int argc, char **argv) {
     int iterations = argc > 1 ? atoi(argv[1]) : 80;
     printf("allocator: %s iterations=%d\n", allocator_name(), iterations);
     size_t initial = resident_now();
     // First, while no other region is cached that its requests could take instead.
     test_exited_thread_leaves_its_large_regions();
+    test_large_only_thread_keeps_its_regions();
     // Before the churn, while no freed memory is cached anywhere, so each baseline is clean.
     test_memory_returns_after_free(4 * MiB, 128 * MiB);
     test_memory_returns_after_free(320 * KiB, 96 * MiB); // above every size class (256 KiB)
