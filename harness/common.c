@@ -560,6 +560,9 @@ static void print_timing(void) {
     printf("chunk_rate=%.0f\nchunk_cpu_rate=%.0f\n", wall_median, cpu_median);
 }
 
+static long hugetlb_kb(void);
+
+/* Resident memory now in KiB (statm), HugeTLB pages included (see hugetlb_kb). */
 long hb_rss_kb(void) {
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return -1;
@@ -567,7 +570,7 @@ long hb_rss_kb(void) {
     if (fscanf(f, "%ld %ld", &size_pages, &resident_pages) != 2) resident_pages = -1;
     fclose(f);
     if (resident_pages < 0) return -1;
-    return resident_pages * (sysconf(_SC_PAGESIZE) / 1024);
+    return resident_pages * (sysconf(_SC_PAGESIZE) / 1024) + hugetlb_kb();
 }
 
 /* The object `malloc` really resolves to, so a run proves which allocator it used. When
@@ -594,12 +597,10 @@ uint64_t hb_rate(uint64_t ops, double seconds) {
     return seconds > 0 ? (uint64_t)((double)ops / seconds) : 0;
 }
 
-/* Peak RSS of this program in KiB. VmHWM belongs to the address space exec created, so it
- * is the harness's own; getrusage's ru_maxrss carries the launcher's high-water mark across
- * exec (69728 KiB when started by hakbench's Python, 1704 from a shell). Read with
- * open/read, not stdio, so reporting does not allocate under the allocator being measured. */
-static long peak_rss_kb(void) {
-    char buf[8192];
+/* A field of /proc/self/status in KiB ("VmHWM", "HugetlbPages"), or -1. Read with open/read,
+ * not stdio, so reporting does not allocate under the allocator being measured. */
+static long status_kb(const char *field) {
+    char buf[8192], key[64];
     size_t len = 0;
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -609,8 +610,28 @@ static long peak_rss_kb(void) {
         close(fd);
     }
     buf[len] = '\0';
-    const char *line = strstr(buf, "\nVmHWM:");
-    if (line) return strtol(line + strlen("\nVmHWM:"), NULL, 10);
+    snprintf(key, sizeof key, "\n%s:", field);
+    const char *line = strstr(buf, key);
+    return line ? strtol(line + strlen(key), NULL, 10) : -1;
+}
+
+/* HugeTLB pages mapped now, in KiB (0 when none or unknown). RSS leaves them out (the kernel
+ * accounts them apart: VmHWM, statm's resident and ru_maxrss never include them), so an
+ * allocator that maps huge pages (libhakmem's HAKMEM_SS_HUGEPAGE_EXPERIMENT, with pages
+ * reserved in /proc/sys/vm/nr_hugepages) would read as holding almost nothing. */
+static long hugetlb_kb(void) {
+    long kb = status_kb("HugetlbPages");
+    return kb > 0 ? kb : 0;
+}
+
+/* Peak memory of this program in KiB: VmHWM, and the HugeTLB pages mapped when it reports
+ * (their own peak is not kept by the kernel: a lower bound of it). VmHWM belongs to the
+ * address space exec created, so it is the harness's own; getrusage's ru_maxrss carries the
+ * launcher's high-water mark across exec (69728 KiB when started by hakbench's Python, 1704
+ * from a shell). */
+static long peak_rss_kb(void) {
+    long hwm = status_kb("VmHWM");
+    if (hwm >= 0) return hwm + hugetlb_kb();
     struct rusage usage; /* /proc unreadable: the inherited figure beats none */
     getrusage(RUSAGE_SELF, &usage);
     return usage.ru_maxrss;
@@ -622,6 +643,7 @@ void hb_print_result(uint64_t ops, double seconds, uint64_t checksum) {
     printf("seconds=%.6f\n", seconds);
     printf("checksum=%016" PRIx64 "\n", checksum);
     printf("maxrss_kb=%ld\n", peak_rss_kb());
+    printf("hugetlb_kb=%ld\n", hugetlb_kb());
     print_malloc_impl();
     print_timing();
 }

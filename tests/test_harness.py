@@ -533,3 +533,38 @@ def test_soak_sigterm_finishes_the_epoch_and_prints_the_result(bench_dir):
     assert values["stopped_by_signal"] == "1"
     assert int(values["epochs"]) == len(epochs)
     assert int(values["ops"]) == sum(int(e[2]) for e in epochs)
+
+
+NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
+
+
+@pytest.fixture
+def reserved_huge_pages():
+    """16 huge pages reserved for the test (root only), the machine's setting restored after."""
+    if os.geteuid() != 0 or not os.access(NR_HUGEPAGES, os.W_OK):
+        pytest.skip("reserving huge pages needs root")
+    before = NR_HUGEPAGES.read_text().strip()
+    try:
+        NR_HUGEPAGES.write_text("16")
+        if int(NR_HUGEPAGES.read_text()) < 4:
+            pytest.skip("the kernel reserved no huge pages")
+        yield
+    finally:
+        NR_HUGEPAGES.write_text(before)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("huge_pages")
+def test_peak_memory_counts_huge_pages(bench_dir, reserved_huge_pages):
+    """RSS leaves HugeTLB pages out: a run whose superslabs are huge pages must not read as
+    holding almost nothing. maxrss_kb and rss_end_kb add the huge pages mapped at the end."""
+    args = ["--iters", "20000", "--ws", "2000", "--min", "16", "--max", "1024", "--seed", "3"]
+    env = {"HAKMEM_SS_HUGEPAGE_EXPERIMENT": "1", "HAKMEM_SS_OS_STATS": "1"}
+    proc = run_bench(bench_dir, "bench_random_mixed", args, env=env, preload=PRELOADS["hakmem"])
+    _, values = parse_result(proc.stdout)
+    assert "huge_alloc=0" not in proc.stderr, proc.stderr  # the switch mapped huge pages
+    huge = int(values["hugetlb_kb"])
+    assert huge >= 2048  # at least one 2 MiB superslab
+    assert int(values["maxrss_kb"]) >= huge
+    plain = run_bench(bench_dir, "bench_random_mixed", args, preload=PRELOADS["hakmem"])
+    assert int(parse_result(plain.stdout)[1]["hugetlb_kb"]) == 0

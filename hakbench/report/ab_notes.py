@@ -69,7 +69,8 @@ def ab_notes_lines(samples: list[dict]) -> list[str]:
             "child it reaped",
         }.get(next(iter(launchers), None) if len(launchers) == 1 else None, "mixed launchers")
         + ".",
-        "- maxrss_kb is the harness's `maxrss_kb=` line: VmHWM of its own address space. "
+        "- maxrss_kb is the harness's `maxrss_kb=` line: VmHWM of its own address space, plus "
+        "the HugeTLB pages mapped when it reports (`hugetlb_kb=`; RSS leaves them out). "
         "wait4's ru_maxrss is not used: Linux carries the launcher's RSS high-water mark "
         "across exec into it (~70 MB when the launcher is hakbench's Python). Command "
         "workloads: ru_maxrss from hakrun's wait4 (a small C wrapper, so no Python mark), "
