@@ -10,6 +10,8 @@
 //   4. legacy           everything else
 // The switches win in that order over the profile, so turning one on for an A/B changes the
 // route of its classes (and its group's route_hits shows it).
+#include <string.h>
+
 #include "heap.h"
 #include "options.h"
 
@@ -45,15 +47,24 @@ static int in_mask(long mask, unsigned cls) {
 const hak_front hak_fronts[HAK_FRONT_COUNT] = {HAK_FRONTS(HAK_FRONT_ROW)};
 #undef HAK_FRONT_ROW
 
-const hak_front *hak_route_for_class(unsigned cls) {
+// Each class's front (HAK_FRONT_*), decided once from the options at process init; every
+// heap copies it (hak_route_latch): deciding it again for each class of each new thread cost
+// a program whose threads live for one malloc more than the rest of its heap's set-up.
+static uint8_t route_of[HAK_CLASS_COUNT];
+
+static unsigned decide_route(unsigned cls) {
     if (hak_option[HAK_OPT_SMALL_HEAP_V3_ENABLED] &&
         in_mask(hak_option[HAK_OPT_SMALL_HEAP_V3_CLASSES], cls))
-        return &hak_fronts[HAK_FRONT_SMALLHEAP_V3];
+        return HAK_FRONT_SMALLHEAP_V3;
     if (hak_option[HAK_OPT_TINY_HOTHEAP_V2] &&
         in_mask(hak_option[HAK_OPT_TINY_HOTHEAP_CLASSES], cls))
-        return &hak_fronts[HAK_FRONT_HOTHEAP_V2];
-    if (in_mask(tinyheap_mask(), cls)) return &hak_fronts[HAK_FRONT_TINYHEAP];
-    return &hak_fronts[HAK_FRONT_LEGACY];
+        return HAK_FRONT_HOTHEAP_V2;
+    if (in_mask(tinyheap_mask(), cls)) return HAK_FRONT_TINYHEAP;
+    return HAK_FRONT_LEGACY;
+}
+
+const hak_front *hak_route_for_class(unsigned cls) {
+    return &hak_fronts[route_of[cls]];
 }
 
 // Page geometry and the largest small size, from the routes (process init, after the
@@ -61,6 +72,8 @@ const hak_front *hak_route_for_class(unsigned cls) {
 // class so that each holds at least 7 blocks: 64 KiB pages up to 8 KiB, 512 KiB pages up to
 // 64 KiB, one 2 MiB page above. The other fronts keep 64 KiB pages (up to 32 KiB).
 void hak_route_init(void) {
+    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
+        route_of[c] = (uint8_t)decide_route(c);
     int served = 1;
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++) {
         uint32_t size = hak_class_block_size[c];
@@ -92,8 +105,7 @@ void hak_route_init(void) {
 }
 
 void hak_route_latch(hak_heap *heap) {
-    for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
-        heap->route[c] = (uint8_t)(hak_route_for_class(c) - hak_fronts);
+    memcpy(heap->route, route_of, sizeof heap->route);
 }
 
 void hak_route_print(void) {
