@@ -74,6 +74,8 @@ def test_hakmem_symbols_grouped_by_source_file_then_name():
         "0000000000002610 t hak_heap_find_page\n"
         "00000000000043b0 t hak_os_superslab_get\n"
         "0000000000004a10 t legacy_alloc_slow\n"
+        "0000000000004b10 t alloc_slow_SMALLHEAP_V3\n"
+        "0000000000004c10 t hak_arena_superslab_get\n"
         "0000000000003a40 t hak_options_init\n"
         "0000000000001d20 t pop_block\t/src/allocator/src/front_tinyheap.c:88\n"
         "0000000000001e20 t take_page\t/src/allocator/src/superslab.c:120\n"
@@ -87,7 +89,9 @@ def test_hakmem_symbols_grouped_by_source_file_then_name():
         "hak_free_slow": BACKEND,
         "hak_heap_find_page": BACKEND,
         "hak_os_superslab_get": BACKEND,
-        "legacy_alloc_slow": FRONT,  # the legacy front's own refill
+        "legacy_alloc_slow": FRONT,  # the legacy front's own refill (before the fronts' table)
+        "alloc_slow_SMALLHEAP_V3": FRONT,  # a row of the fronts' table: its refill
+        "hak_arena_superslab_get": BACKEND,
         "hak_options_init": BACKEND,
         "pop_block": FRONT,
         "take_page": BACKEND,

@@ -45,6 +45,7 @@ FRONT, BACKEND = "libhakmem front", "libhakmem backend"
 # the library has debug info; otherwise (the fast variant) symbol names do.
 FRONT_FILE_PREFIXES = ("wrappers", "front", "tinyheap", "hotheap", "smallheap")
 FRONT_SYMBOL_PREFIXES = (
+    "alloc_slow_",  # the refill of a row of the fronts' table (front.c: alloc_slow_<ID>)
     "legacy_",
     "hak_front",
     "tinyheap",
