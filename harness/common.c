@@ -617,7 +617,7 @@ static long status_kb(const char *field) {
 
 /* HugeTLB pages mapped now, in KiB (0 when none or unknown). RSS leaves them out (the kernel
  * accounts them apart: VmHWM, statm's resident and ru_maxrss never include them), so an
- * allocator that maps huge pages (libhakmem's HAKMEM_SS_HUGEPAGE_EXPERIMENT, with pages
+ * allocator that maps huge pages (mimalloc with MIMALLOC_LARGE_OS_PAGES=1, when pages are
  * reserved in /proc/sys/vm/nr_hugepages) would read as holding almost nothing. */
 static long hugetlb_kb(void) {
     long kb = status_kb("HugetlbPages");

@@ -11,10 +11,6 @@
 //   - the free page slots of live superslabs are purged after a delay beyond a floor (below,
 //     "A page slot of a live superslab became free"); the deadlines of a heap's own superslabs
 //     are checked by the heap (purge.c), those of superslabs nobody owns here.
-//   - the huge-page experiment (HAKMEM_SS_HUGEPAGE_EXPERIMENT=1) maps new superslabs with
-//     MAP_HUGETLB (one 2 MiB page, no alignment trimming needed); when the kernel has no huge
-//     page to give (none reserved in /proc/sys/vm/nr_hugepages) it counts huge_fail and maps
-//     normally.
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,11 +24,8 @@ static _Atomic size_t cache_count; // read without the lock only as a hint
 // Speed-first: the earliest time a cached superslab still resident is purged (0: none).
 static _Atomic uint64_t cache_purge_next_ns;
 
-// What a superslab's mapping spans: its 2 MiB and the secure build's guard after them (none
-// after a huge-page superslab, mapped as one huge page).
-static size_t mapped_size(const hak_superslab *ss) {
-    return HAK_SS_SIZE + (ss->huge ? 0 : HAK_SS_GUARD);
-}
+// What a superslab's mapping spans: its 2 MiB and the secure build's guard after them.
+#define HAK_SS_MAPPED (HAK_SS_SIZE + HAK_SS_GUARD)
 
 #define HAK_DIRTY_SLOTS_MAX     4
 #define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
@@ -51,31 +44,12 @@ size_t hak_arena_release_cache(void) {
         next = ss->next;
         hak_stat_add(ss_os, cache_release, 1);
         hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-        size_t size = mapped_size(ss);
+        size_t size = HAK_SS_MAPPED;
         hak_os_unmap(ss, size);
         hak_stat_mapped(-(long)size);
         released += size;
     }
     return released;
-}
-
-// A 2 MiB superslab backed by one huge page, or NULL (counted as huge_fail).
-static hak_superslab *map_huge_superslab(void) {
-    if (hak_option[HAK_OPT_SS_HUGEPAGE_SIZE] != (long)HAK_SS_SIZE) {
-        hak_stat_add(ss_os, huge_fail, 1); // 1 GiB pages cannot back a 2 MiB superslab
-        return NULL;
-    }
-    void *p = hak_os_map_huge(HAK_SS_SIZE, HAK_SS_SHIFT);
-    if (p == MAP_FAILED || ((uintptr_t)p & HAK_SS_MASK)) {
-        if (p != MAP_FAILED) hak_os_unmap(p, HAK_SS_SIZE);
-        hak_stat_add(ss_os, huge_fail, 1);
-        return NULL;
-    }
-    hak_stat_add(ss_os, huge_alloc, 1);
-    hak_stat_mapped((long)HAK_SS_SIZE);
-    hak_superslab *ss = p;
-    ss->huge = 1;
-    return ss;
 }
 
 // An empty 2 MiB superslab with a zeroed header, registered; NULL when out of memory.
@@ -91,29 +65,22 @@ hak_superslab *hak_arena_superslab_get(void) {
         hak_stat_add(ss_os, cache_hit, 1);
         // Still resident unless it was decommitted in the cache: then every slot is a resident
         // free slot that the purge policy must know about, or it would never purge them.
-        uint8_t huge = ss->huge;
         uint32_t dirty = ss->dirty_mask, rw_units = ss->rw_units;
         memset(ss, 0, sizeof *ss);
-        ss->huge = huge;
         ss->dirty_mask = dirty;
         ss->rw_units = rw_units;
         return ss;
     }
     hak_stat_add(ss_os, cache_miss, 1);
-    if (hak_option[HAK_OPT_SS_HUGEPAGE_EXPERIMENT]) ss = map_huge_superslab();
-    if (ss) {
+    char *base;
+    size_t size;
+    ss = hak_os_map_aligned(HAK_SS_SIZE + HAK_SS_GUARD, HAK_SS_SIZE, &base, &size);
+    if (!ss) return NULL;
+    // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units); the guard
+    // after it (HAK_SS_GUARD) for good.
+    if (!hak_os_protect((char *)ss + HAK_SS_HEADER_SIZE,
+                        HAK_SS_SIZE + HAK_SS_GUARD - HAK_SS_HEADER_SIZE, 0))
         ss->rw_units = ~0u;
-    } else {
-        char *base;
-        size_t size;
-        ss = hak_os_map_aligned(HAK_SS_SIZE + HAK_SS_GUARD, HAK_SS_SIZE, &base, &size);
-        if (!ss) return NULL;
-        // Past the header, PROT_NONE until a page slot is used (hak_superslab.rw_units); the
-        // guard after it (HAK_SS_GUARD) for good.
-        if (!hak_os_protect((char *)ss + HAK_SS_HEADER_SIZE,
-                            HAK_SS_SIZE + HAK_SS_GUARD - HAK_SS_HEADER_SIZE, 0))
-            ss->rw_units = ~0u;
-    }
     return ss; // registered by hak_superslab_acquire, with its page kind
 }
 
@@ -126,9 +93,7 @@ static size_t cache_limit(void) {
 }
 
 // Lean policy: the pages behind the header go back to the kernel (they read as zero after).
-// A huge-page superslab is one page, header included, so it stays as it is.
 static void decommit(hak_superslab *ss) {
-    if (ss->huge) return;
     ss->dirty_mask = 0;
     hak_os_decommit((char *)ss + HAK_SS_HEADER_SIZE, HAK_SS_SIZE - HAK_SS_HEADER_SIZE);
 }
@@ -136,7 +101,7 @@ static void decommit(hak_superslab *ss) {
 #ifdef HAK_DEBUG
 void (*hak_test_superslab_put_hook)(hak_superslab *ss);
 
-// The cached superslabs that break the policy: resident (not decommitted, not a huge page) with
+// The cached superslabs that break the policy: resident (not decommitted) with
 // no deadline to purge them. Speed-first gives every cached superslab a deadline; the lean
 // policy with SS_MEM_LEAN_DECOMMIT decommits every one it caches. Either way none should be
 // counted here: such a superslab would stay resident in the cache for good.
@@ -145,7 +110,7 @@ size_t hak_arena_cache_resident_undue(void) {
     size_t count = 0;
     hak_lock_acquire(&cache_lock);
     for (hak_superslab *ss = cache_first; ss; ss = ss->next)
-        count += ss->dirty_mask && !ss->huge && !ss->purge_due_ns;
+        count += ss->dirty_mask && !ss->purge_due_ns;
     hak_lock_release(&cache_lock);
     return count;
 }
@@ -166,7 +131,7 @@ void hak_arena_superslab_put(hak_superslab *ss) {
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     int decommits = !lean || hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT];
     uint64_t delay = lean ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
-    ss->purge_due_ns = !decommits || ss->huge ? 0 : hak_coarse_now_ns() + delay;
+    ss->purge_due_ns = !decommits ? 0 : hak_coarse_now_ns() + delay;
 #ifdef HAK_DEBUG
     // Where another thread may take a cached superslab before this one takes the lock
     // (test_cache_decommit makes it happen, deterministically).
@@ -186,7 +151,7 @@ void hak_arena_superslab_put(hak_superslab *ss) {
     if (!ss) return;
     hak_stat_add(ss_os, cache_release, 1);
     hak_registry_set((uintptr_t)ss, HAK_REG_NONE);
-    size_t size = mapped_size(ss);
+    size_t size = HAK_SS_MAPPED;
     hak_os_unmap(ss, size);
     hak_stat_mapped(-(long)size);
 }
@@ -328,7 +293,7 @@ size_t hak_arena_trim_cache(void) {
     hak_lock_acquire(&cache_lock);
     for (hak_superslab *ss = cache_first; ss; ss = ss->next) {
         ss->purge_due_ns = 0;
-        if (!ss->dirty_mask || ss->huge) continue;
+        if (!ss->dirty_mask) continue;
         decommit(ss);
         dropped += HAK_SS_SIZE - HAK_SS_HEADER_SIZE;
     }

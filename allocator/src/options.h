@@ -51,10 +51,6 @@
       "lean policy: MiB of empty superslabs kept mapped; the rest is unmapped at once") \
     X(SS_MEM_LEAN_DECOMMIT, BOOL, "1", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise", \
       "lean policy: madvise(DONTNEED) kept empty superslabs, so they cost no resident memory") \
-    X(SS_HUGEPAGE_EXPERIMENT, BOOL, "0", HAK_ALL_VARIANTS, "", "SS_OS_STATS.huge_alloc", \
-      "map new superslabs with MAP_HUGETLB; counts huge_alloc/huge_fail, falls back to 4 KiB") \
-    X(SS_HUGEPAGE_SIZE, SIZE, "2M", HAK_ALL_VARIANTS, "", "SS_OS_STATS.huge_alloc", \
-      "huge page size for the experiment; only 2M can back a 2 MiB superslab (else huge_fail)") \
     X(TINY_HEAP_PROFILE, ENUM, "C7_SAFE", HAK_ALL_VARIANTS, "LEGACY|C7_SAFE", "TINY_HEAP_STATS.route_hits", \
       "TinyHeap routing: LEGACY = no class, C7_SAFE = class 7 (513-1024 B) on TinyHeap") \
     X(TINY_HEAP_CLASSES, INT, "-1", HAK_ALL_VARIANTS, "", "TINY_HEAP_STATS.route_hits", \

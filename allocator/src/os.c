@@ -13,10 +13,6 @@
 
 #include "os.h"
 
-#ifndef MAP_HUGE_SHIFT
-#define MAP_HUGE_SHIFT 26
-#endif
-
 uint64_t hak_coarse_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); // vDSO, no syscall
@@ -46,18 +42,6 @@ void *hak_os_map_aligned(size_t size, size_t alignment, char **map_base, size_t 
     *map_size = size;
     hak_stat_mapped((long)size);
     return start;
-}
-
-// `size` bytes backed by huge pages of 2^`shift` bytes, or MAP_FAILED (none reserved in
-// /proc/sys/vm/nr_hugepages).
-void *hak_os_map_huge(size_t size, unsigned shift) {
-    int saved = errno;
-    void *p =
-        mmap(NULL, size, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | ((int)shift << MAP_HUGE_SHIFT), -1, 0);
-    errno = saved;
-    hak_stat_add(ss_os, mmap_total, 1);
-    return p;
 }
 
 // Address space without memory: PROT_NONE, never committed. At `at` (MAP_FIXED: it replaces

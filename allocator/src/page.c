@@ -218,7 +218,6 @@ static unsigned purge_list(hak_page *page, hak_block **list, unsigned keep, int3
 
 void hak_page_purge_idle_blocks(hak_page *page, unsigned keep, uintptr_t mark,
                                 uintptr_t marked_before) {
-    if (hak_superslab_of_page(page)->huge) return;
     int32_t left = (int32_t)page->reserved - page->used; // bounds lists a double free looped
     int saved = errno;
     keep -= purge_list(page, &page->free, keep, &left, mark, marked_before);

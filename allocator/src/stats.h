@@ -39,8 +39,6 @@
     X(slot_purge_kb)       /* free page slots of live superslabs given back (madvise DONTNEED) */  \
     X(block_purge_kb)      /* idle free medium blocks given back (lean policy)                 */  \
     X(shrink_purge)        /* purges by a shrinking heap, before the delay (HAK_SHRINK_BYTES)  */  \
-    X(huge_alloc)          /* superslabs backed by huge pages */                                   \
-    X(huge_fail)           /* huge page attempts that fell back */                                 \
     X(cache_hit)           /* superslab taken from the empty-superslab cache */                    \
     X(cache_miss)          /* superslab had to be mapped */                                        \
     X(cache_release)       /* empty superslab unmapped because the cache was full */               \

@@ -143,13 +143,12 @@ void hak_superslab_page_free(hak_superslab *ss, hak_page *page) {
 
 // Gives the memory of the superslab's resident free slots back to the kernel, one madvise per
 // run of adjacent slots (they read as zero afterwards; carving rewrites every link anyway).
-// The header page stays. A huge-page superslab is one page: nothing to give back piecewise.
+// The header page stays.
 size_t hak_superslab_purge(hak_superslab *ss, int aged) {
     uint32_t mask = ss->dirty_mask & ss->free_page_mask & (aged ? ~ss->young_mask : ~0u);
     ss->young_mask = 0;
     ss->dirty_mask &= ~mask;
     ss->purge_due_ns = 0;
-    if (ss->huge) return 0;
     size_t dropped = 0;
     while (mask) {
         unsigned first = (unsigned)__builtin_ctz(mask);

@@ -179,7 +179,6 @@ typedef struct hak_superslab {
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
-    uint8_t huge; // backed by a 2 MiB huge page (HAKMEM_SS_HUGEPAGE_EXPERIMENT)
     // The group of size classes its pages serve (the lean policy: hak_arena_class_affinity), or
     // HAK_AFFINITY_ANY.
     uint8_t affinity;
@@ -192,7 +191,7 @@ typedef struct hak_superslab {
     // superslab's lifetime: an overflow that runs off the used pages (a write 1 MiB past a small
     // block, an underflow off the first page of a small superslab, whose slot 0 is never used)
     // faults there instead of landing in memory that a later page hands out. Kept across the
-    // cache; all set for a huge-page superslab (one page, one protection).
+    // cache.
     uint32_t rw_units;
 #ifdef HAK_SECURE
     uintptr_t secrets[HAK_PAGES_PER_SS]; // of the links held in each 64 KiB unit (see below)

@@ -2,7 +2,7 @@
 # Each path switch must flip a real path: runs test_paths (stats build) under a switch
 # setting and checks which engagement groups report route_hits > 0 — exactly the expected
 # ones, so a switch that routes nothing (the "v2 ON with route_hits=0" failure) or the wrong
-# precedence fails. Also checks the OS policy counters of the lean and huge-page switches.
+# precedence fails. Also checks the OS policy counters of the lean switch.
 #
 #   check_routes.sh [BUILD_DIR]
 set -uo pipefail
@@ -110,7 +110,6 @@ expect_field "HAKMEM_SMALL_HEAP_V3_ENABLED=1 HAKMEM_SMALL_HEAP_V3_CLASSES=0xff00
 expect_field "HAKMEM_SMALL_HEAP_V3_CLASSES=0xffff" SMALL_HEAP_V3_STATS classes 65535
 expect_field "" SMALL_HEAP_V3_STATS classes 65407 # the default 0xff7f: up to 256 KiB, all but C7
 expect_os "HAKMEM_SS_MEM_LEAN=1" madvise
-expect_os "HAKMEM_SS_HUGEPAGE_EXPERIMENT=1" "huge_alloc huge_fail"
 
 echo "check_routes: $case_number cases, $failed failed"
 [ $failed -eq 0 ]

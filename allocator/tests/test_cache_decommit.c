@@ -86,7 +86,6 @@ int main(int argc, char **argv) {
             setenv("HAKMEM_SS_MEM_LEAN_TARGET_MB", "2", 1);
             setenv("HAKMEM_SS_MEM_LEAN_DECOMMIT", "1", 1);
             setenv("HAKMEM_SS_CACHE_SIZE", "2M", 1);
-            setenv("HAKMEM_SS_HUGEPAGE_EXPERIMENT", "0", 1);
             execl("/proc/self/exe", argv[0], policies[i][0], (char *)NULL);
             _exit(127);
         }

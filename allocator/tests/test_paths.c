@@ -1,7 +1,7 @@
 // test_paths [rounds]: the front paths' refill and retention policies under the workloads
 // that stress them, checked by content. Runs under every profile of the test matrix, so the
-// same checks cover legacy, TinyHeap, HotHeap v2 and SmallObject v3 (and the lean and
-// huge-page OS policies).
+// same checks cover legacy, TinyHeap, HotHeap v2 and SmallObject v3 (and the lean OS
+// policy).
 //
 //   breathing   per tiny class and a few mid sizes, the live set grows to several pages,
 //               drains to a few blocks and grows again: pages empty (retained or retired)

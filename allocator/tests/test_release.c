@@ -716,10 +716,7 @@ static unsigned resident_slot_blocks(void) {
 
 static void test_abandoned_slots_purged_after_delay(void) {
     bool is_lean = env_is("HAKMEM_SS_MEM_LEAN", "1");
-    // (A huge-page superslab is one page: its slots are not given back piecewise.)
-    if (!allocator_is_hakmem() || !resident_bounds_apply() ||
-        env_is("HAKMEM_SS_HUGEPAGE_EXPERIMENT", "1"))
-        return;
+    if (!allocator_is_hakmem() || !resident_bounds_apply()) return;
     pthread_t thread;
     if (!CHECK(pthread_create(&thread, NULL, leave_empty_slots, NULL) == 0)) return;
     pthread_join(thread, NULL);
@@ -782,8 +779,7 @@ static void *reuse_cached_superslab(void *arg) {
 }
 
 static void test_cached_superslab_slots_purged(void) {
-    if (!allocator_is_hakmem() || !resident_bounds_apply() || env_is("HAKMEM_SS_MEM_LEAN", "1") ||
-        env_is("HAKMEM_SS_HUGEPAGE_EXPERIMENT", "1"))
+    if (!allocator_is_hakmem() || !resident_bounds_apply() || env_is("HAKMEM_SS_MEM_LEAN", "1"))
         return;
     pthread_t thread;
     if (!CHECK(pthread_create(&thread, NULL, fill_and_empty_superslab, NULL) == 0)) return;

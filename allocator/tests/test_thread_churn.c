@@ -102,9 +102,8 @@ static unsigned grace_resident(void) {
 }
 
 static void test_adopter_keeps_the_slots_warm(void) {
-    if (!allocator_is_hakmem() || !resident_bounds_apply() || env_is("HAKMEM_SS_MEM_LEAN", "1") ||
-        env_is("HAKMEM_SS_HUGEPAGE_EXPERIMENT", "1"))
-        return; // (the lean policy purges at abandonment; a huge page is never purged piecewise)
+    if (!allocator_is_hakmem() || !resident_bounds_apply() || env_is("HAKMEM_SS_MEM_LEAN", "1"))
+        return; // (the lean policy purges at abandonment)
     pthread_t thread;
     if (!CHECK(pthread_create(&thread, NULL, grace_leave, NULL) == 0)) return;
     pthread_join(thread, NULL);
