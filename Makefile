@@ -54,7 +54,7 @@ demo: setup build
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 
 test: setup
-	$(MAKE) --no-print-directory -j$(NPROC) build
+	$(MAKE) --no-print-directory -j$(NPROC) build test-allocator-bins
 	$(MAKE) --no-print-directory -j$(NPROC) test-c
 	$(MAKE) --no-print-directory test-py
 	$(MAKE) --no-print-directory -j$(NPROC) --output-sync=target lint scorecard-check gate
@@ -80,7 +80,7 @@ test-py: setup build
 # the tests marked slow (bisect end to end, the statistical rules' long simulations, every
 # command under every signal, the stress memory bounds)
 test-slow: setup
-	$(MAKE) --no-print-directory -j$(NPROC) build
+	$(MAKE) --no-print-directory -j$(NPROC) build test-allocator-bins
 	$(MAKE) --no-print-directory -j$(NPROC) test-allocator-full
 	HAKBENCH_SLOW=1 $(VPY) -m pytest -q -n 2 --dist loadgroup -m slow tests
 
