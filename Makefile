@@ -54,12 +54,13 @@ demo: setup build
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 
 # The system packages first (the compilers among them); then the venv is made while the build
-# compiles and the C tests run (neither needs the venv: pgo_train.py imports hakbench from the
-# tree); pytest and the checks after them need all of it.
+# compiles (it does not need the venv: pgo_train.py imports hakbench from the tree); then the
+# C tests and pytest side by side, each a few processes that alone keep about one core busy
+# (each one's output shown whole when it ends); then the checks.
 test:
 	@bash scripts/setup.sh system
-	$(MAKE) --no-print-directory -j$(NPROC) setup build test-c
-	$(MAKE) --no-print-directory test-py
+	$(MAKE) --no-print-directory -j$(NPROC) setup build test-allocator-bins
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-c test-py
 	$(MAKE) --no-print-directory -j$(NPROC) --output-sync=target lint scorecard-check gate
 
 # the committed scorecard matches its samples; the instruction gate (exact callgrind counts:
