@@ -53,10 +53,14 @@ demo: setup build
 # compiling is parallel (the tests run their own jobs)
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 
-test: setup
-	$(MAKE) --no-print-directory -j$(NPROC) build
-	$(MAKE) --no-print-directory -j$(NPROC) test-c
-	$(MAKE) --no-print-directory test-py
+# The system packages first (the compilers among them); then the venv is made while the build
+# compiles (it does not need the venv: pgo_train.py imports hakbench from the tree); then the
+# C tests and pytest side by side, each a few processes that alone keep about one core busy
+# (each one's output shown whole when it ends); then the checks.
+test:
+	@bash scripts/setup.sh system
+	$(MAKE) --no-print-directory -j$(NPROC) setup build test-allocator-bins
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-c test-py
 	$(MAKE) --no-print-directory -j$(NPROC) --output-sync=target lint scorecard-check gate
 
 # the committed scorecard matches its samples; the instruction gate (exact callgrind counts:
@@ -80,7 +84,7 @@ test-py: setup build
 # the tests marked slow (bisect end to end, the statistical rules' long simulations, every
 # command under every signal, the stress memory bounds)
 test-slow: setup
-	$(MAKE) --no-print-directory -j$(NPROC) build
+	$(MAKE) --no-print-directory -j$(NPROC) build test-allocator-bins
 	$(MAKE) --no-print-directory -j$(NPROC) test-allocator-full
 	HAKBENCH_SLOW=1 $(VPY) -m pytest -q -n 2 --dist loadgroup -m slow tests
 

@@ -214,12 +214,15 @@ def test_unknown_workload_is_exit_2(repo_root):
 
 def patched_tree(tmp_path, repo_root, source: str, patch, targets: list[str]):
     """A copy of the allocator and harness with ``patch(text) -> text`` applied to
-    ``allocator/src/<source>``, built with the project's own Makefile; its build dir."""
+    ``allocator/src/<source>``, built with the project's own Makefile; its build dir. The
+    real build's objects come along (copies keep their times): make compiles again the patched
+    source and whatever else is not up to date, as it would in the tree itself."""
     tree = tmp_path / "tree"
     tree.mkdir()
     shutil.copy(repo_root / "Makefile", tree)
-    for d in ("allocator", "harness"):
-        shutil.copytree(repo_root / d, tree / d)
+    for d in ("allocator", "harness", "build/obj/fast", "build/harness"):
+        if (repo_root / d).is_dir():
+            shutil.copytree(repo_root / d, tree / d)
     path = tree / "allocator" / "src" / source
     path.write_text(patch(path.read_text()))
     made = subprocess.run(

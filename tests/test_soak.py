@@ -324,10 +324,12 @@ def test_soak_end_to_end_with_hakmem_and_glibc(tmp_path):
 
 @needs_bench_soak
 def test_injected_leak_is_reported_as_rss_drift_fail(tmp_path):
+    # 4 s leaking 8 MiB a second: the RSS grows as much as in an 8 s soak leaking 4 MiB a second
     out = tmp_path / "leak"
     r = hakbench(
-        "soak", "--allocator", "system", *SHORT_SOAK, "--inject-leak", "4096",
-        "--syscall-pass", "0", "--out", str(out),
+        "soak", "--allocator", "system", "--duration", "4s", "--epoch", "0.5s",
+        "--warmup-epochs", "2", "--inject-leak", "8192", "--syscall-pass", "0",
+        "--out", str(out),
     )  # fmt: skip
     assert r.exit_code == 1, r.output  # a FAIL is exit 1 by default
     assert "FAIL (system: rss_trend" in r.output

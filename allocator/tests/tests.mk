@@ -94,12 +94,25 @@ haktest_kind = $(if $(filter preload glibc mimalloc,$(1)),dynamic,$(1))
 HAKTEST_KINDS := $(sort $(foreach v,$(HAKMEM_TEST_VARIANTS),$(call haktest_kind,$(v))))
 haktest_bins = $(addprefix $(BUILD)/tests/$(1)/,$(HAKTEST_NAMES))
 
+# A test is compiled once per set of flags into $(BUILD)/tests/obj/<kind>/ (fast and stats
+# compile alike: stats links the fast object with its own library), then linked per kind.
+# The objects need no library, so they compile while the libraries build; -MMD tracks the
+# allocator headers the tests include.
+HAKTEST_ALL_KINDS := dynamic fast stats debug secure asan tsan
+haktest_obj_kind = $(if $(filter stats,$(1)),fast,$(1))
+haktest_obj = $(BUILD)/tests/obj/$(call haktest_obj_kind,$(1))/$(2).o
 define HAKTEST_KIND_RULES
-$(BUILD)/tests/$(1)/%: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_LIB_$(1)) $(HAKTEST_DIR)/tests.mk
+$(BUILD)/tests/obj/$(1)/%.o: $(HAKTEST_DIR)/%.c $(HAKTEST_HEADERS) $(HAKTEST_DIR)/tests.mk
+	@mkdir -p $$(@D)
+	$$(CC) $$(HAKTEST_CFLAGS) $$(HAKTEST_FLAGS_$(1)) -MMD -MP -c -o $$@ $$<
+$(BUILD)/tests/$(1)/%: $(BUILD)/tests/obj/$(call haktest_obj_kind,$(1))/%.o $(HAKTEST_LIB_$(1))
 	@mkdir -p $$(@D)
 	$$(CC) $$(HAKTEST_CFLAGS) $$(HAKTEST_FLAGS_$(1)) -o $$@ $$< $$(HAKTEST_LIB_$(1)) $$(HAKTEST_LDLIBS)
 endef
-$(foreach k,dynamic fast stats debug secure asan tsan,$(eval $(call HAKTEST_KIND_RULES,$(k))))
+$(foreach k,$(HAKTEST_ALL_KINDS),$(eval $(call HAKTEST_KIND_RULES,$(k))))
+HAKTEST_OBJS := $(sort $(foreach k,$(HAKTEST_ALL_KINDS),$(foreach t,$(HAKTEST_NAMES),$(call haktest_obj,$(k),$(t)))))
+.SECONDARY: $(HAKTEST_OBJS) # kept: make would delete them as intermediates
+-include $(HAKTEST_OBJS:.o=.d)
 
 # test_cxx (C++: operator new/delete in every form) in the builds that export them: not the
 # sanitized ones, whose prefixed API leaves C++'s allocation to ASan and TSan.
@@ -119,15 +132,18 @@ HAKTEST_FUZZ_DEBUG_PROFILES = $(if $(filter fuzz_api,$(HAKMEM_TEST_NAMES)),$(fil
 
 HAKTEST_RUN = bash $(HAKTEST_DIR)/run_tests.sh --build "$(BUILD)" --profiles "$(HAKMEM_TEST_PROFILES)"
 
-.PHONY: test-allocator test-allocator-full test-allocator-reference
+.PHONY: test-allocator test-allocator-full test-allocator-reference test-allocator-bins
 test-allocator-full:
 	$(MAKE) --no-print-directory test-allocator HAKMEM_TEST_MATRIX_VARIANTS="fast asan" \
 	    HAKMEM_TEST_MATRIX_NAMES="$(HAKMEM_TEST_NAMES)"
 
-test-allocator: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
+# every binary test-allocator runs (make test builds them beside the rest of the build)
+test-allocator-bins: allocator $(foreach k,$(HAKTEST_KINDS) stats,$(call haktest_bins,$(k))) \
     $(foreach k,$(filter $(HAKTEST_CXX_KINDS),$(HAKTEST_KINDS) stats),$(BUILD)/tests/$(k)/test_cxx) \
     $(addprefix $(BUILD)/tests/tsan/,$(HAKTEST_TSAN_NAMES)) \
     $(if $(HAKTEST_FUZZ_DEBUG_PROFILES),$(BUILD)/tests/debug/fuzz_api)
+
+test-allocator: test-allocator-bins
 	$(HAKTEST_RUN) --variants "$(HAKMEM_TEST_VARIANTS)" \
 	    --matrix-variants "$(HAKMEM_TEST_MATRIX_VARIANTS)" --tests "$(HAKMEM_TEST_NAMES)" \
 	    --matrix-tests "$(HAKMEM_TEST_MATRIX_NAMES)"
