@@ -624,14 +624,14 @@ static long hugetlb_kb(void) {
     return kb > 0 ? kb : 0;
 }
 
-/* Peak memory of this program in KiB: VmHWM, and the HugeTLB pages mapped when it reports
- * (their own peak is not kept by the kernel: a lower bound of it). VmHWM belongs to the
+/* Peak memory of this program in KiB: VmHWM, and `huge`, the HugeTLB pages mapped when it
+ * reports (their own peak is not kept by the kernel: a lower bound of it). VmHWM belongs to the
  * address space exec created, so it is the harness's own; getrusage's ru_maxrss carries the
  * launcher's high-water mark across exec (69728 KiB when started by hakbench's Python, 1704
  * from a shell). */
-static long peak_rss_kb(void) {
+static long peak_rss_kb(long huge) {
     long hwm = status_kb("VmHWM");
-    if (hwm >= 0) return hwm + hugetlb_kb();
+    if (hwm >= 0) return hwm + huge;
     struct rusage usage; /* /proc unreadable: the inherited figure beats none */
     getrusage(RUSAGE_SELF, &usage);
     return usage.ru_maxrss;
@@ -642,8 +642,9 @@ void hb_print_result(uint64_t ops, double seconds, uint64_t checksum) {
     printf("ops=%" PRIu64 "\n", ops);
     printf("seconds=%.6f\n", seconds);
     printf("checksum=%016" PRIx64 "\n", checksum);
-    printf("maxrss_kb=%ld\n", peak_rss_kb());
-    printf("hugetlb_kb=%ld\n", hugetlb_kb());
+    long huge = hugetlb_kb();
+    printf("maxrss_kb=%ld\n", peak_rss_kb(huge));
+    printf("hugetlb_kb=%ld\n", huge);
     print_malloc_impl();
     print_timing();
 }

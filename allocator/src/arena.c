@@ -11,7 +11,6 @@
 //   - the free page slots of live superslabs are purged after a delay beyond a floor (below,
 //     "A page slot of a live superslab became free"); the deadlines of a heap's own superslabs
 //     are checked by the heap (purge.c), those of superslabs nobody owns here.
-#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 

@@ -232,7 +232,7 @@ void hak_heap_trim_spare(hak_heap *heap) {
             page->next = NULL;
             hak_heap_release_page(heap, page);
         }
-        // and the empty pages a medium or big class keeps in its queue (heap.c, current_emptied)
+        // and the empty pages a medium or big class keeps in its queue (current_emptied)
         for (hak_page *page = heap->queue[cls].first, *next; page; page = next) {
             next = page->next;
             if (page->used != 0 || page == heap->direct[cls]) continue;

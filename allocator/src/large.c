@@ -340,13 +340,9 @@ static uintptr_t cache_take_smaller(size_t need, size_t *size) {
     return block;
 }
 
-static void purge_range(uintptr_t start, size_t size) {
-    hak_os_decommit((void *)start, size);
-}
-
 // Purges cache slot i's region (it stays mapped and cached, and reads as zero when reused).
 static void purge_slot(unsigned i) {
-    purge_range(cache[i], cache_size[i]);
+    hak_os_decommit((void *)cache[i], cache_size[i]);
     cache_due[i] = 0;
 }
 
@@ -378,7 +374,7 @@ static size_t purge_until(uint64_t now) {
         // while it is live, is purged (a freed region is cached with a deadline of its own).
         hak_large *e = table_find(tail_block[i]);
         if (e && !e->cached && e->map_size > e->usable) {
-            purge_range(e->block + e->usable, e->map_size - e->usable);
+            hak_os_decommit((void *)(e->block + e->usable), e->map_size - e->usable);
             dropped += e->map_size - e->usable;
         }
         tail_count--;

@@ -2,7 +2,6 @@
 // own superslabs, checked by the heap as it frees page slots and in its sweeps; the lean
 // policy's purge of idle medium blocks; malloc_trim; and, out of address space, everything
 // cached given back (hak_release_cached) so that the caller may try its mapping again.
-#include <errno.h>
 
 #include "heap.h"
 #include "options.h"
@@ -10,13 +9,13 @@
 #define HAK_PURGE_CHECK_EVERY 16
 
 // Out of address space (a process under RLIMIT_AS, `ulimit -v`, as sandboxes and batch systems
-// set it; or vm.overcommit_memory=2): before a mapping is refused, what the allocator keeps
-// mapped for reuse goes back: every cached large region and the rest of the current span
-// chunk, the abandoned superslabs that emptied, every cached empty superslab. Only what sits
-// behind a global lock can be reached safely; other threads' heaps are theirs. Without it, a
-// burst of large blocks freed left the large cache holding the address space that a later,
-// larger malloc needed (issue #37; test_oom). Returns whether anything was unmapped (then the
-// caller tries once more: the layers that map memory only report the failure, mimalloc's way).
+// set it; or vm.overcommit_memory=2): when a mapping is refused, what the allocator keeps
+// mapped for reuse goes back before the caller tries again: every cached large region and the rest
+// of the current span chunk, the abandoned superslabs that emptied, every cached empty superslab.
+// Only what sits behind a global lock can be reached safely; other threads' heaps are theirs.
+// Without it, a burst of large blocks freed left the large cache holding the address space that a
+// later, larger malloc needed (issue #37; test_oom). Returns whether anything was unmapped (then
+// the caller tries once more: the layers that map memory only report the failure, mimalloc's way).
 int hak_release_cached(void) {
     size_t released = hak_large_release_cache();
     hak_page_reclaim_all_abandoned();

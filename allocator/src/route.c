@@ -41,7 +41,7 @@ static int in_mask(long mask, unsigned cls) {
     return ((unsigned long)mask & HAK_CLASS_MASK) >> hak_class_group_bit(cls) & 1u;
 }
 
-// The fronts' table as data (types.h: HAK_FRONTS). Compared by address (stats.c).
+// The fronts' table as data (types.h: HAK_FRONTS). Compared by address (report.c).
 #define HAK_FRONT_ROW(id, name, carve, blocks, spare, sized)                                       \
     [HAK_FRONT_##id] = {name, carve, blocks, spare, sized},
 const hak_front hak_fronts[HAK_FRONT_COUNT] = {HAK_FRONTS(HAK_FRONT_ROW)};

@@ -1,7 +1,6 @@
 // Superslabs: 2 MiB-aligned regions split into pages of one size (see types.h), the
 // registry that tells our regions from foreign memory, and the list of superslabs abandoned
 // by exited threads with blocks still live.
-#include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
