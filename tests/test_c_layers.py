@@ -28,7 +28,7 @@ LAYERS = [
     {"arena.c", "superslab.c", "large.c"},
     {"page.c"},  # pages and their free lists; abandoned superslabs' pages collected
     # per-thread heaps, the heap's purges and trim, routing by size, zero-size blocks
-    {"heap.c", "purge.c", "route.c", "zero.c"},
+    {"heap.c", "heaplarge.c", "purge.c", "route.c", "zero.c"},
     {"front.c"},  # the fronts' refill paths
     {"init.c", "report.c"},  # process and thread start and exit, the stats printed at exit
     {"wrappers.c", "cxx.c"},  # the malloc API and the C++ operators

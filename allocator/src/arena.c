@@ -263,13 +263,46 @@ unsigned hak_arena_class_affinity(unsigned cls) {
                : HAK_AFFINITY_ANY;
 }
 
-// Decommits the cached superslabs whose delay passed (speed-first).
-// The earliest deadline of a cached superslab still resident (0: none).
+// Freed large regions wait in the large cache (large.c) for a delay of their own before they are
+// purged, and the heaps' own regions for as long (heaplarge.c).
+// A cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of 256 regions
+// reused best-fit keeps some waiting longer than 10 ms between uses, and bench_churn then
+// purged and faulted them back in, where with 100 ms it faults no more than with no purge at
+// all. The lean policy waits as long since issue #30; it purged them after 10 ms and at every
+// thread exit before, and in a program whose threads come and go a round at a time
+// (bench_thread_churn: 8 threads a round, each round longer than 10 ms) the next round's
+// threads faulted in again every big block the last round's had freed. Without the exit purge,
+// shorter delays still did so, the more when other jobs slowed the run (the delay is
+// wall-clock time, and a slowed round needs more of it). Speed-first waits 1 s:
+// mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced every few ms) leaves
+// some cached regions unused for longer than 100 ms, which were purged and faulted in again
+// when a request took them, at the same peak RSS either way (the peak is the live blocks and
+// the one being replaced, not what waits in the cache). bench_large pays for it with a higher
+// peak (its cached regions are still resident when the peak comes) in less time. The lean
+// policy keeps 100 ms. (Measured:
+// docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
+#define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
+#define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
+uint64_t hak_arena_large_purge_delay(void) {
+    return hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LARGE_PURGE_DELAY_LEAN_NS
+                                           : HAK_LARGE_PURGE_DELAY_NS;
+}
+
+// The purge scheduler of the two caches of freed memory that no heap owns, the empty superslabs
+// (here) and the freed large regions (large.c): the earliest deadline of either (0: none), read
+// by every heap's deadline check (purge.c: hak_purge_due), and the purge of whichever has one
+// that passed.
 uint64_t hak_arena_cache_next_due(void) {
-    return atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
+    uint64_t a = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
+    uint64_t b = hak_large_cache_next_due();
+    return a && b ? (a < b ? a : b) : a | b;
 }
 
 void hak_arena_cache_purge_due(uint64_t now) {
+    uint64_t large_due = hak_large_cache_next_due();
+    if (large_due && now >= large_due) hak_large_cache_purge_due(now);
+    uint64_t due = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
+    if (!due || now < due) return;
     hak_lock_acquire(&cache_lock);
     uint64_t next = 0;
     for (hak_superslab *ss = cache_first; ss; ss = ss->next) {

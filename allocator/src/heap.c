@@ -436,7 +436,6 @@ void hak_heap_note_abandoned_free(hak_heap *heap) {
 void hak_heap_sweep(hak_heap *heap) {
     heap->sweep_countdown = HAK_SWEEP_INTERVAL;
     hak_purge_due(heap); // a heap that only allocates purges too
-    hak_large_heap_purge_due(heap);
     if (!heap->remote_seen && ++heap->sweep_idle < HAK_SWEEP_IDLE_EVERY) return;
     heap->remote_seen = 0;
     heap->sweep_idle = 0;
@@ -555,7 +554,7 @@ static void abandon_superslabs(hak_superslab *ss) {
 // thread.
 void hak_heap_destroy(hak_heap *heap) {
     hak_heap_enter(heap); // for good: the struct is zeroed when a new thread takes it
-    hak_large_heap_flush(heap);
+    hak_heap_large_flush(heap);
     hak_heap_flush_remote(heap);
     hak_page_reclaim_abandoned(2);
     for (unsigned kind = 0; kind < HAK_KIND_COUNT; kind++)

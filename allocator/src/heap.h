@@ -1,5 +1,6 @@
-// The heap layer: per-thread heaps (heap.c), their purges and trim (purge.c), the routes of
-// size classes to fronts (route.c), the secure build's zero-size blocks (zero.c).
+// The heap layer: per-thread heaps (heap.c), their purges and trim (purge.c), their own large
+// regions (heaplarge.c), the routes of size classes to fronts (route.c), the secure build's
+// zero-size blocks (zero.c).
 #ifndef HAK_HEAP_H
 #define HAK_HEAP_H
 
@@ -19,6 +20,15 @@ void hak_purge_due(struct hak_heap *heap);
 size_t hak_purge_trim(struct hak_heap *heap);
 // Everything cached given back (out of address space); whether anything was: then try again.
 int hak_release_cached(void);
+
+// --- heaplarge.c: the large blocks a thread frees and allocates again, through its heap's own
+// regions first, else the shared cache and the segment layer (large.c)
+void *hak_heap_large_alloc(size_t size, size_t alignment, int zero);
+void hak_heap_large_free(void *p);
+// Every region of the heap to the shared cache (its thread exits, malloc_trim, out of address
+// space), or those whose delay ran out by `now` (the heap's deadline checks, purge.c).
+void hak_heap_large_flush(hak_heap *heap);
+void hak_heap_large_purge_due(hak_heap *heap, uint64_t now);
 
 // --- heap.c: per-thread heap life cycle, page queues, full list, adoption
 hak_heap *hak_heap_create(void);

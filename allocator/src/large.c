@@ -4,7 +4,10 @@
 // A region is a mapping of its own, or under the speed-first policy, up to 256 KiB, a span cut
 // from a larger chunk (HAK_LARGE_SPAN_MAX below); either way it is handled alike.
 // No header lives in the mapping. Their metadata is an entry in a hash table keyed by the
-// block address (under one lock, held briefly: see "the heap's large cache" below):
+// block address, split into HAK_LARGE_SHARDS shards by the address's hash, each under a lock
+// of its own held for a lookup and a few stores (free, malloc_usable_size, a realloc in place, a
+// heap's own region taken or put back: heaplarge.c). The cache of freed regions shared by all
+// threads has one lock, taken only when a heap's own regions cannot serve (see "Locks" below):
 //   - free() and malloc_usable_size() find the entry or report the pointer: an address that
 //     is not the start of a live large block is an interior or foreign pointer, and one whose
 //     entry is in the cache was freed before (double free);
@@ -43,7 +46,6 @@
 //     in), and a loop over blocks of several MiB reuses them (issue #30). (Measured:
 //     docs/notebook/2026-12-07-source-comments.md#largec-the-caches-size.)
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -79,30 +81,24 @@
 // docs/notebook/2026-11-26-allocator-measurements.md, "Spans from chunks").
 #define HAK_LARGE_SPAN_MAX ((size_t)256 << 10)
 #define HAK_LARGE_CHUNK    ((size_t)4 << 20)
-// A cached region is purged after 100 ms, not the superslabs' 10 ms: a cache of 256 regions
-// reused best-fit keeps some waiting longer than 10 ms between uses, and bench_churn then
-// purged and faulted them back in, where with 100 ms it faults no more than with no purge at
-// all. The lean policy waits as long since issue #30; it purged them after 10 ms and at every
-// thread exit before, and in a program whose threads come and go a round at a time
-// (bench_thread_churn: 8 threads a round, each round longer than 10 ms) the next round's
-// threads faulted in again every big block the last round's had freed. Without the exit purge,
-// shorter delays still did so, the more when other jobs slowed the run (the delay is
-// wall-clock time, and a slowed round needs more of it). Speed-first waits 1 s:
-// mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced every few ms) leaves
-// some cached regions unused for longer than 100 ms, which were purged and faulted in again
-// when a request took them, at the same peak RSS either way (the peak is the live blocks and
-// the one being replaced, not what waits in the cache). bench_large pays for it with a higher
-// peak (its cached regions are still resident when the peak comes) in less time. The lean
-// policy keeps 100 ms. (Measured:
-// docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
-#define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
-#define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
+// Locks. A shard's lock guards its part of the table; the cache lock guards the shared cache
+// (its regions, their deadlines, the lean policy's tails), the current span chunk, the record of
+// recently unmapped blocks and the secure build's quarantine. Whoever holds both took the cache
+// lock first, and no code holds two shards' locks at once (fork's prepare aside, which takes them
+// all in order). A freed region keeps its entry, marked freed, while any cache holds it, so a
+// second free of it is reported as one; the cache's own arrays hold what its scans need (address,
+// size, mapping, deadline), so a scan reads no entry. Before, one lock guarded the table and the
+// cache together, and every large malloc and free took it: two threads freeing and allocating
+// blocks of 256 KiB-1 MiB found it held at three takes in four
+// (docs/notebook/2026-12-03.md, "The large lock under two threads, counted").
+#define HAK_LARGE_SHARD_BITS 4
+#define HAK_LARGE_SHARDS     (1u << HAK_LARGE_SHARD_BITS)
 
 typedef struct hak_large {
     uintptr_t block; // key: 0 = empty slot, HAK_LARGE_TOMBSTONE = deleted
     size_t map_size; // the mapping [block, block + map_size)
     size_t usable;   // what malloc_usable_size says: the request rounded up to OS pages
-    uint32_t cached; // freed, kept in the cache
+    uint32_t freed;  // freed: in a cache (a heap's or the shared one), or on its way there
     // Which mapping (kernel VMA) the region lies in: regions of different mappings are never
     // joined, however adjacent their addresses, because mremap refuses (EFAULT) a range that
     // spans two mappings. Before, a request grown from such a joined region found the call
@@ -114,12 +110,20 @@ typedef struct hak_large {
 
 #define HAK_LARGE_TOMBSTONE ((uintptr_t)1)
 
-static hak_lock large_lock = HAK_LOCK_INIT(large);
-static hak_large *table;
-static size_t table_capacity; // a power of two
-static size_t table_used;     // live, cached and deleted slots
+typedef struct {
+    hak_lock lock;
+    hak_large *table;
+    size_t capacity; // a power of two
+    size_t used;     // live, freed and deleted slots
+} __attribute__((aligned(64))) hak_large_shard; // (a cache line each: no false sharing)
+
+static hak_large_shard shards[HAK_LARGE_SHARDS] = {
+    [0 ... HAK_LARGE_SHARDS - 1] = {.lock = HAK_LOCK_INIT(large_table)}};
+
+static hak_lock cache_lock = HAK_LOCK_INIT(large_cache);
 static uintptr_t cache[HAK_LARGE_CACHE_COUNT];
-static size_t cache_size[HAK_LARGE_CACHE_COUNT];  // map_size of cache[i] (scanned without lookups)
+static size_t cache_size[HAK_LARGE_CACHE_COUNT];  // map_size of cache[i]
+static uint32_t cache_map[HAK_LARGE_CACHE_COUNT]; // map_id of cache[i]
 static uint64_t cache_due[HAK_LARGE_CACHE_COUNT]; // when cache[i] is purged (0: purged already)
 static _Atomic uint64_t cache_next_due;           // the earliest cache_due or tail_due (0: none)
 // Lean policy: live blocks that took a cached region whole, whose rest beyond the block (written
@@ -139,78 +143,124 @@ static unsigned cache_count;
 static size_t cache_bytes;
 static char *chunk_next; // the untaken rest of the current chunk
 static size_t chunk_left;
-static size_t live_peak;       // speed-first: recent highest live large bytes (see above)
+static uint32_t chunk_map_id;   // the current chunk's (its spans share it)
+static _Atomic uint32_t last_map_id;
+// Speed-first: recent highest live large bytes (see above), raised at every free (without a
+// lock: a free that loses a race raises it at its next), halved under the cache lock.
+static _Atomic size_t live_peak;
 static uint64_t peak_halve_ns; // when live_peak is halved next
 
-static size_t slot_of(uintptr_t block) {
-    return (size_t)((block >> 12) * 0x9e3779b97f4a7c15ULL >> 20) & (table_capacity - 1);
+// The id of a mapping just made (mmap, or an mremap that may have moved or grown a region).
+static uint32_t new_map_id(void) {
+    return atomic_fetch_add_explicit(&last_map_id, 1, memory_order_relaxed) + 1;
 }
 
-static hak_large *table_find(uintptr_t block) {
-    if (!table) return NULL;
-    for (size_t i = slot_of(block);; i = (i + 1) & (table_capacity - 1)) {
-        if (table[i].block == block) return &table[i];
-        if (table[i].block == 0) return NULL;
+// --- The table
+
+static uint64_t hash_of(uintptr_t block) {
+    return (uint64_t)(block >> 12) * 0x9e3779b97f4a7c15ULL;
+}
+
+static hak_large_shard *shard_of(uintptr_t block) {
+    return &shards[hash_of(block) >> (64 - HAK_LARGE_SHARD_BITS)];
+}
+
+static hak_large_shard *shard_lock(uintptr_t block) {
+    hak_large_shard *s = shard_of(block);
+    hak_lock_acquire(&s->lock);
+    return s;
+}
+
+static size_t slot_of(const hak_large_shard *s, uintptr_t block) {
+    return (size_t)(hash_of(block) >> 20) & (s->capacity - 1);
+}
+
+// Under the shard's lock, as every function of the table.
+static hak_large *find(hak_large_shard *s, uintptr_t block) {
+    if (!s->table) return NULL;
+    for (size_t i = slot_of(s, block);; i = (i + 1) & (s->capacity - 1)) {
+        if (s->table[i].block == block) return &s->table[i];
+        if (s->table[i].block == 0) return NULL;
     }
 }
 
 // Grows (or cleans out tombstones) when more than half the slots are taken. 0 on failure.
-static int table_reserve(void) {
-    if (table && (table_used + 1) * 2 <= table_capacity) return 1;
+static int reserve(hak_large_shard *s) {
+    if (s->table && (s->used + 1) * 2 <= s->capacity) return 1;
     size_t live = 0;
-    for (size_t i = 0; i < table_capacity; i++)
-        live += table[i].block > HAK_LARGE_TOMBSTONE;
-    size_t capacity = table_capacity ? table_capacity : HAK_LARGE_TABLE_MIN;
+    for (size_t i = 0; i < s->capacity; i++)
+        live += s->table[i].block > HAK_LARGE_TOMBSTONE;
+    size_t capacity = s->capacity ? s->capacity : HAK_LARGE_TABLE_MIN / HAK_LARGE_SHARDS;
     while ((live + 1) * 4 > capacity)
         capacity *= 2;
     hak_large *fresh = hak_os_map(capacity * sizeof(hak_large));
     if (fresh == MAP_FAILED) return 0;
-    hak_large *old = table;
-    size_t old_capacity = table_capacity;
-    table = fresh;
-    table_capacity = capacity;
-    table_used = 0;
+    hak_large *old = s->table;
+    size_t old_capacity = s->capacity;
+    s->table = fresh;
+    s->capacity = capacity;
+    s->used = 0;
     for (size_t i = 0; i < old_capacity; i++) {
         if (old[i].block <= HAK_LARGE_TOMBSTONE) continue;
-        size_t j = slot_of(old[i].block);
-        while (table[j].block)
+        size_t j = slot_of(s, old[i].block);
+        while (s->table[j].block)
             j = (j + 1) & (capacity - 1);
-        table[j] = old[i];
-        table_used++;
+        s->table[j] = old[i];
+        s->used++;
     }
     if (old) hak_os_unmap(old, old_capacity * sizeof(hak_large));
     return 1;
 }
 
-static void table_put(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
-    size_t i = slot_of(block);
-    while (table[i].block > HAK_LARGE_TOMBSTONE)
-        i = (i + 1) & (table_capacity - 1);
-    if (table[i].block == 0) table_used++;
-    table[i] = (hak_large){block, map_size, usable, 0, map_id};
+static void put(hak_large_shard *s, hak_large entry) {
+    size_t i = slot_of(s, entry.block);
+    while (s->table[i].block > HAK_LARGE_TOMBSTONE)
+        i = (i + 1) & (s->capacity - 1);
+    if (s->table[i].block == 0) s->used++;
+    s->table[i] = entry;
 }
 
-static int table_insert(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
-    if (!table_reserve()) return 0;
-    table_put(block, map_size, usable, map_id);
-    return 1;
+// Adds an entry (taking its shard's lock). 0 when the table cannot grow (out of memory).
+static int insert(hak_large entry) {
+    hak_large_shard *s = shard_lock(entry.block);
+    int ok = reserve(s);
+    if (ok) put(s, entry);
+    hak_lock_release(&s->lock);
+    return ok;
 }
 
 // The entry of a block that realloc took out of the table while mremap moved or grew it: it
-// must go back, so when the table cannot grow (out of memory) it takes a slot beyond the
-// table's load bound, while one stays empty (a lookup ends at an empty slot). realloc reserved
-// room before it took the entry out, so only concurrent inserts can have used that up.
-static int table_insert_back(uintptr_t block, size_t map_size, size_t usable, uint32_t map_id) {
-    if (!table_reserve() && table_used + 2 > table_capacity) return 0;
-    table_put(block, map_size, usable, map_id);
-    return 1;
+// must go back, so when the shard cannot grow (out of memory) it takes a slot beyond the load
+// bound, while one stays empty (a lookup ends at an empty slot). 0 when even that fails.
+static int insert_back(hak_large entry) {
+    hak_large_shard *s = shard_lock(entry.block);
+    int ok = reserve(s) || (s->table && s->used + 2 <= s->capacity);
+    if (ok) put(s, entry);
+    hak_lock_release(&s->lock);
+    return ok;
 }
 
-static uint32_t last_map_id; // under the lock
+// Deletes block's entry (taking its shard's lock).
+static void entry_remove(uintptr_t block) {
+    hak_large_shard *s = shard_lock(block);
+    hak_large *e = find(s, block);
+    if (e) e->block = HAK_LARGE_TOMBSTONE;
+    hak_lock_release(&s->lock);
+}
 
-// The id of a mapping just made (mmap, or an mremap that may have moved or grown a region).
-static uint32_t new_map_id(void) {
-    return ++last_map_id;
+// Sets a freed region's size (a split or a join changed it), taking its shard's lock.
+static void entry_resize(uintptr_t block, size_t map_size) {
+    hak_large_shard *s = shard_lock(block);
+    hak_large *e = find(s, block);
+    if (e) e->map_size = map_size;
+    hak_lock_release(&s->lock);
+}
+
+// A block unmapped or joined into another region: its entry goes, its address is remembered for
+// a second free of it. Under the cache lock.
+static void forget(uintptr_t block) {
+    entry_remove(block);
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = block;
 }
 
 // Only bytes that change are written: chunks shared by several large blocks keep their mark
@@ -228,10 +278,8 @@ static void count_new_region(size_t need) {
     hak_stat_add(large, live_kb, need / 1024);
 }
 
-static uint32_t chunk_map_id; // the current chunk's (its spans share it)
-
 // The next `need` bytes of the current chunk, mapping a new one when they do not fit; under
-// the lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
+// the cache lock (a chunk is mapped once per HAK_LARGE_CHUNK of spans). NULL when mmap fails.
 static char *span_take(size_t need) {
     if (chunk_left < need) {
         char *chunk = hak_os_map(HAK_LARGE_CHUNK);
@@ -252,35 +300,43 @@ static char *span_take(size_t need) {
     return span;
 }
 
-// Puts the region of entry e into the cache, to be purged at `due` (0: never, or purged
-// already); under the lock, with a free cache slot.
-static void cache_add(hak_large *e, uint64_t due) {
-    e->cached = 1;
-    e->usable = 0;
-    cache[cache_count] = e->block;
-    cache_due[cache_count] = due;
-    cache_size[cache_count++] = e->map_size;
-    cache_bytes += e->map_size;
+// --- The shared cache (under the cache lock)
+
+// The earliest deadline of the cache, lowered to `due` if that is earlier (0: none).
+static void note_due(uint64_t due) {
     uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
     if (due && (!next || due < next))
         atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
 }
 
-// Takes cache slot i's region out of the cache; under the lock.
-static hak_large *cache_remove(unsigned i) {
-    hak_large *e = table_find(cache[i]);
+// Puts a freed region into the cache, to be purged at `due` (0: never, or purged already);
+// with a free cache slot.
+static void cache_add(uintptr_t block, size_t size, uint32_t map_id, uint64_t due) {
+    cache[cache_count] = block;
+    cache_due[cache_count] = due;
+    cache_map[cache_count] = map_id;
+    cache_size[cache_count++] = size;
+    cache_bytes += size;
+    note_due(due);
+}
+
+// Takes cache slot i's region out of the cache (its entry stays, freed); returns its address.
+static uintptr_t cache_remove(unsigned i) {
+    uintptr_t block = cache[i];
+    cache_bytes -= cache_size[i];
     cache_count--;
     cache[i] = cache[cache_count];
     cache_size[i] = cache_size[cache_count];
+    cache_map[i] = cache_map[cache_count];
     cache_due[i] = cache_due[cache_count];
-    cache_bytes -= e->map_size;
-    e->cached = 0;
-    return e;
+    return block;
 }
 
 // Takes the smallest cached region of at least `need` bytes that fits (see below) and is
-// aligned enough; under the lock. *due_out: when it was to be purged (0: purged already).
-static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
+// aligned enough: returns its address (0: none) and its size, which is `need` when it was split,
+// with *due_out, when it was to be purged (0: purged already). Its entry stays freed: the caller
+// makes it live.
+static uintptr_t cache_take(size_t need, size_t alignment, size_t *size_out, uint64_t *due_out) {
     // A region up to twice the request is taken whole (the rest stays mapped behind the block,
     // so a realloc that grows it back is served in place; the lean policy purges the rest once
     // the region's delay has passed: schedule_tail_purge), a larger one is split and its tail
@@ -304,21 +360,20 @@ static hak_large *cache_take(size_t need, size_t alignment, uint64_t *due_out) {
             (warm == best_warm && size < best_size))
             best = i, best_size = size, best_warm = warm;
     }
-    if (best == HAK_LARGE_CACHE_COUNT) return NULL;
+    if (best == HAK_LARGE_CACHE_COUNT) return 0;
     uint64_t due = *due_out = cache_due[best];
-    hak_large *e = cache_remove(best);
+    uint32_t map_id = cache_map[best];
+    uintptr_t block = cache_remove(best);
+    *size_out = best_size;
     if (best_size / 2 > need) {
         // The tail: a region of its own, as cached (and as due for purging) as it was.
-        uintptr_t block = e->block, tail = block + need;
-        if (table_insert(tail, best_size - need, 0, e->map_id)) {
-            e = table_find(block); // (inserting may have rebuilt the table)
-            e->map_size = need;
-            cache_add(table_find(tail), due);
-        } else {
-            e = table_find(block);
+        uintptr_t tail = block + need;
+        if (insert((hak_large){tail, best_size - need, 0, 1, map_id})) {
+            cache_add(tail, best_size - need, map_id, due);
+            *size_out = need;
         }
     }
-    return e;
+    return block;
 }
 
 // When no cached region fits a request of more than a span: the largest cached
@@ -333,10 +388,9 @@ static uintptr_t cache_take_smaller(size_t need, size_t *size) {
             (best == HAK_LARGE_CACHE_COUNT || cache_size[i] > cache_size[best]))
             best = i;
     if (best == HAK_LARGE_CACHE_COUNT) return 0;
-    hak_large *e = cache_remove(best);
-    uintptr_t block = e->block;
-    *size = e->map_size;
-    e->block = HAK_LARGE_TOMBSTONE; // it may move: a new entry when it has (as in realloc)
+    *size = cache_size[best];
+    uintptr_t block = cache_remove(best);
+    entry_remove(block); // it may move: a new entry when it has (as in realloc)
     return block;
 }
 
@@ -347,9 +401,9 @@ static void purge_slot(unsigned i) {
 }
 
 // Purges the cached regions whose delay passed (madvise: they stay mapped and cached, and read
-// as zero when reused) and the lean policy's tails that are due. Under the lock, so no thread takes
-// a region while its pages are being dropped; it runs only when a deadline has passed (the clock is
-// read only then), a few times a second at most in a program that keeps freeing large blocks.
+// as zero when reused) and the lean policy's tails that are due. Under the cache lock, so no
+// thread takes a region while its pages are being dropped; it runs only when a deadline has
+// passed (the arena's scheduler reads the clock for both caches: hak_arena_cache_purge_due).
 // purge_until(now) does it for the deadlines up to `now` (malloc_trim: all of them) and
 // returns the bytes.
 static size_t purge_until(uint64_t now) {
@@ -372,11 +426,14 @@ static size_t purge_until(uint64_t now) {
         }
         // The block may have been freed or resized since: what lies beyond its usable size now,
         // while it is live, is purged (a freed region is cached with a deadline of its own).
-        hak_large *e = table_find(tail_block[i]);
-        if (e && !e->cached && e->map_size > e->usable) {
+        // Under its shard's lock, so the block is not freed and reused meanwhile.
+        hak_large_shard *s = shard_lock(tail_block[i]);
+        hak_large *e = find(s, tail_block[i]);
+        if (e && !e->freed && e->map_size > e->usable) {
             hak_os_decommit((void *)(e->block + e->usable), e->map_size - e->usable);
             dropped += e->map_size - e->usable;
         }
+        hak_lock_release(&s->lock);
         tail_count--;
         tail_block[i] = tail_block[tail_count];
         tail_due[i] = tail_due[tail_count];
@@ -392,93 +449,41 @@ static void purge_due_locked(void) {
     if (now >= due) purge_until(now);
 }
 
-// Lean policy: block e took a cached region whole; what lies beyond it is purged when the region
+// Lean policy: `block` took a cached region whole; what lies beyond it is purged when the region
 // would have been (due; 0: it was purged already). When the list is full the tail stays resident
 // while the block lives (it is smaller than the block: a region is taken whole only up to twice
 // the request) and goes with the region's purge once the block is freed. Purging it at once
 // instead cost an madvise and the tail's page faults on nearly every large malloc of a program
 // that keeps more than the list's worth of such blocks live and replaces them fast (random
 // sizes up to 64 KiB in two threads under BALANCED: measured in
-// docs/notebook/2026-12-07.md, "The lean large cache's tails"). Under the lock.
-static void schedule_tail_purge(hak_large *e, uint64_t due) {
-    if (!due || e->map_size == e->usable) return;
-    if (tail_count == HAK_LARGE_CACHE_COUNT) return;
-    tail_block[tail_count] = e->block;
+// docs/notebook/2026-12-07.md, "The lean large cache's tails").
+static void schedule_tail_purge(uintptr_t block, uint64_t due) {
+    if (!due || tail_count == HAK_LARGE_CACHE_COUNT) return;
+    tail_block[tail_count] = block;
     tail_due[tail_count++] = due;
-    uint64_t next = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
-    if (!next || due < next) atomic_store_explicit(&cache_next_due, due, memory_order_relaxed);
+    note_due(due);
 }
 
-// The periodic check of the heaps' sweeps (purge.c): takes the lock only when a deadline passed.
-void hak_large_purge_due(void) {
+// The arena's scheduler (arena.c: hak_arena_cache_purge_due) asks for the earliest deadline of
+// the cached regions and calls the purge once it has passed.
+uint64_t hak_large_cache_next_due(void) {
+    return atomic_load_explicit(&cache_next_due, memory_order_relaxed);
+}
+
+void hak_large_cache_purge_due(uint64_t now) {
+    hak_lock_acquire(&cache_lock);
     uint64_t due = atomic_load_explicit(&cache_next_due, memory_order_relaxed);
-    if (!due || hak_coarse_now_ns() < due) return;
-    hak_lock_acquire(&large_lock);
-    purge_due_locked();
-    hak_lock_release(&large_lock);
+    if (due && now >= due) purge_until(now);
+    hak_lock_release(&cache_lock);
 }
 
-static hak_heap *cache_heap(void); // (the heap's large cache, below)
-
-// malloc_trim: the calling thread's heap's regions to the shared cache, then every cached
-// region not purged yet, and every pending tail, purged now.
-// Returns the bytes.
+// malloc_trim: every cached region not purged yet, and every pending tail, purged now (the
+// calling thread's own regions went to this cache first: wrappers.c). Returns the bytes.
 size_t hak_large_trim(void) {
-    hak_heap *heap = cache_heap(); // (other threads' heaps are theirs: at most their few regions)
-    if (heap) hak_large_heap_flush(heap);
-    hak_lock_acquire(&large_lock);
+    hak_lock_acquire(&cache_lock);
     size_t dropped = purge_until(UINT64_MAX);
-    hak_lock_release(&large_lock);
+    hak_lock_release(&cache_lock);
     return dropped;
-}
-
-// The heap's large cache. Under the speed-first policy a thread keeps up to
-// HAK_LARGE_HEAP_CACHE regions of at most HAK_LARGE_HEAP_REGION_MAX that it freed, for its own
-// next large blocks: a free puts the region there, a request takes the smallest that holds it
-// whole (at most twice the request, as from the shared cache). The region's entry stays in the
-// table, marked as in a heap's cache, so a second free of it or a stale pointer is reported as
-// before. What this saves is the shared cache's work under the lock: its linear scan, the
-// coalescing, the byte bound, the eviction (a take or a put here is a table lookup and a few
-// stores; the lock is still taken for the entry). The oldest region goes to the shared cache
-// when a fifth comes, when its deadline (the shared cache's delay, from its free) has passed at
-// one of its thread's frees or sweeps, and all of them at the thread's exit. A thread without a
-// heap, the lean policy (memory first) and the secure build (no cache at all) do without.
-#define HAK_LARGE_HEAP_REGION_MAX ((size_t)1 << 20)
-
-static hak_heap *cache_heap(void) {
-    hak_heap *heap = hak_tls_heap;
-    return heap != &hak_heap_empty && !hak_option[HAK_OPT_SS_MEM_LEAN] ? heap : NULL;
-}
-
-// Takes the heap's region i out of its cache; returns its entry. Under the lock.
-static hak_large *heap_cache_remove(hak_heap *heap, unsigned i, uint64_t *due) {
-    hak_large *e = table_find(heap->large_block[i]);
-    *due = heap->large_due[i];
-    heap->large_count--;
-    for (unsigned j = i; j < heap->large_count; j++) {
-        heap->large_block[j] = heap->large_block[j + 1];
-        heap->large_size[j] = heap->large_size[j + 1];
-        heap->large_due[j] = heap->large_due[j + 1];
-    }
-    e->cached = 0;
-    return e;
-}
-
-// The heap's region for a request of `need` bytes aligned to `alignment`, taken out of its cache
-// (usable = need), or NULL. Under the lock.
-static hak_large *heap_cache_take(hak_heap *heap, size_t need, size_t alignment) {
-    unsigned best = HAK_LARGE_HEAP_CACHE;
-    for (unsigned i = 0; i < heap->large_count; i++) {
-        size_t size = heap->large_size[i];
-        if (size < need || size / 2 > need || (heap->large_block[i] & (alignment - 1))) continue;
-        // The smallest, and of those the one freed last (the warmest in the CPU's caches).
-        if (best == HAK_LARGE_HEAP_CACHE || size <= heap->large_size[best]) best = i;
-    }
-    if (best == HAK_LARGE_HEAP_CACHE) return NULL;
-    uint64_t due;
-    hak_large *e = heap_cache_remove(heap, best, &due);
-    e->usable = need;
-    return e;
 }
 
 #ifdef HAK_SECURE
@@ -488,7 +493,8 @@ static hak_large *heap_cache_take(hak_heap *heap, size_t need, size_t alignment)
 // dropped, its addresses kept) in a quarantine of the last HAK_QUARANTINE_COUNT freed, so a use
 // after free faults, a read after free sees nothing, and the next allocations get other
 // addresses; the oldest is unmapped when a new one enters. A table entry covers the block and
-// its trailing guard; the leading guard is the page before it.
+// its trailing guard; the leading guard is the page before it. The quarantine is under the
+// cache lock.
 #define HAK_GUARD            HAK_OS_PAGE_SIZE
 #define HAK_QUARANTINE_COUNT 64
 static uintptr_t quarantine_base[HAK_QUARANTINE_COUNT];
@@ -521,10 +527,7 @@ static void *secure_alloc(size_t need, size_t alignment) {
     hak_os_protect(block - HAK_GUARD, HAK_GUARD, 0);
     hak_os_protect(block + need, HAK_GUARD, 0);
     mark_registry((uintptr_t)block, need);
-    hak_lock_acquire(&large_lock);
-    int ok = table_insert((uintptr_t)block, need + HAK_GUARD, need, new_map_id());
-    hak_lock_release(&large_lock);
-    if (!ok) {
+    if (!insert((hak_large){(uintptr_t)block, need + HAK_GUARD, need, 0, new_map_id()})) {
         hak_os_unmap(block - HAK_GUARD, need + 2 * HAK_GUARD);
         hak_stat_mapped(-(long)(need + 2 * HAK_GUARD));
         return NULL;
@@ -533,27 +536,32 @@ static void *secure_alloc(size_t need, size_t alignment) {
     return block;
 }
 
-static void secure_free(hak_large *e) {
-    uintptr_t base = e->block - HAK_GUARD;
-    size_t size = e->map_size + HAK_GUARD;
-    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
-    e->block = HAK_LARGE_TOMBSTONE;
+// A freed block's region (its entry deleted already) into the quarantine.
+static void secure_free(uintptr_t block, size_t map_size) {
+    uintptr_t base = block - HAK_GUARD;
+    size_t size = map_size + HAK_GUARD;
+    hak_lock_acquire(&cache_lock);
+    recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = block;
     void *fresh = hak_os_reserve((void *)base, size);
     if (fresh == MAP_FAILED) { // (no memory for the reservation: unmapped at once instead)
+        hak_lock_release(&cache_lock);
         hak_os_unmap((void *)base, size);
         hak_stat_mapped(-(long)size);
         return;
     }
     unsigned i = quarantine_next++ % HAK_QUARANTINE_COUNT;
-    if (quarantine_size[i]) {
-        hak_os_unmap((void *)quarantine_base[i], quarantine_size[i]);
-        hak_stat_mapped(-(long)quarantine_size[i]);
-    }
+    uintptr_t old_base = quarantine_base[i];
+    size_t old_size = quarantine_size[i];
     quarantine_base[i] = base;
     quarantine_size[i] = size;
+    hak_lock_release(&cache_lock);
+    if (old_size) {
+        hak_os_unmap((void *)old_base, old_size);
+        hak_stat_mapped(-(long)old_size);
+    }
 }
 
-// Out of address space: the quarantine goes (hak_large_release_cache). Under the lock.
+// Out of address space: the quarantine goes (hak_large_release_cache). Under the cache lock.
 static size_t quarantine_release(void) {
     size_t released = 0;
     for (unsigned i = 0; i < HAK_QUARANTINE_COUNT; i++) {
@@ -567,6 +575,24 @@ static size_t quarantine_release(void) {
 }
 #endif
 
+// A block that took a region: its entry made live, sized and counted.
+static void *take_region(uintptr_t block, size_t map_size, size_t need, int zero) {
+    hak_large_shard *s = shard_lock(block);
+    hak_large *e = find(s, block);
+    e->freed = 0;
+    e->usable = need;
+    e->map_size = map_size;
+    hak_lock_release(&s->lock);
+    hak_stat_add(large, alloc, 1);
+    hak_stat_add(large, live_kb, need / 1024);
+    // calloc: the whole usable size, which malloc_usable_size reports and the program may use
+    // (the region's last user wrote it up to its own usable size).
+    if (zero) memset((void *)block, 0, need);
+    return (void *)block;
+}
+
+// A large block from the shared cache, a span or a mapping of its own (the heap's own regions,
+// tried first, are the heap layer's: heaplarge.c).
 void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     if (size > HAK_ADDRESS_LIMIT) return NULL;
     size_t need = hak_round_to_os_pages(size ? size : 1);
@@ -574,50 +600,34 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     (void)zero; // every block is a fresh mapping
     return secure_alloc(need, alignment);
 #endif
-    hak_heap *heap = cache_heap();
-    hak_lock_acquire(&large_lock);
-    hak_large *e = heap && heap->large_count ? heap_cache_take(heap, need, alignment) : NULL;
-    if (e) {
-        void *block = (void *)e->block; // (the entry is the table's: not read once unlocked)
-        hak_lock_release(&large_lock);
-        hak_stat_add(large, heap_cache_hit, 1);
-        hak_stat_add(large, alloc, 1);
-        hak_stat_add(large, live_kb, need / 1024);
-        if (zero) memset(block, 0, need); // (see below: its last user wrote it)
-        return block;
-    }
+    hak_lock_acquire(&cache_lock);
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
     uint64_t due = 0;
-    e = cache_count ? cache_take(need, alignment, &due) : NULL;
-    if (e) {
-        e->usable = need;
-        void *block = (void *)e->block;
+    size_t taken_size = 0;
+    uintptr_t taken = cache_count ? cache_take(need, alignment, &taken_size, &due) : 0;
+    if (taken) {
         // Lean policy: the region's rest beyond the request was written by its last user; it
         // goes back when the region would have (a 64 KiB region reused for 48 KiB must not keep
         // 16 KiB resident for as long as the block lives).
-        if (hak_option[HAK_OPT_SS_MEM_LEAN]) schedule_tail_purge(e, due);
-        hak_lock_release(&large_lock);
+        if (hak_option[HAK_OPT_SS_MEM_LEAN] && taken_size > need) schedule_tail_purge(taken, due);
+        hak_lock_release(&cache_lock);
         hak_stat_add(large, cache_hit, 1);
-        hak_stat_add(large, alloc, 1);
-        hak_stat_add(large, live_kb, need / 1024);
-        // calloc: the whole usable size, which malloc_usable_size reports and the program may
-        // use (the region's last user wrote it up to its own usable size).
-        if (zero) memset(block, 0, need);
-        return block;
+        return take_region(taken, taken_size, need, zero);
     }
     if (alignment <= HAK_OS_PAGE_SIZE && need <= HAK_LARGE_SPAN_MAX &&
         !hak_option[HAK_OPT_SS_MEM_LEAN]) {
         char *span = span_take(need);
-        int ok = span && table_insert((uintptr_t)span, need, need, chunk_map_id);
-        hak_lock_release(&large_lock);
-        if (!ok) return NULL; // a span without its entry stays unused in its chunk
+        uint32_t map_id = chunk_map_id;
+        hak_lock_release(&cache_lock);
+        if (!span || !insert((hak_large){(uintptr_t)span, need, need, 0, map_id}))
+            return NULL; // a span without its entry stays unused in its chunk
         count_new_region(need);
         return span; // fresh (a chunk is never reused but through the cache): already zero
     }
     size_t grown_from = 0;
     uintptr_t smaller =
         alignment <= HAK_OS_PAGE_SIZE && cache_count ? cache_take_smaller(need, &grown_from) : 0;
-    hak_lock_release(&large_lock);
+    hak_lock_release(&cache_lock);
     char *block;
     size_t map_size;
     if (smaller) {
@@ -645,10 +655,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         block = base;
     }
     mark_registry((uintptr_t)block, map_size);
-    hak_lock_acquire(&large_lock);
-    int ok = table_insert((uintptr_t)block, map_size, need, new_map_id());
-    hak_lock_release(&large_lock);
-    if (!ok) {
+    if (!insert((hak_large){(uintptr_t)block, map_size, need, 0, new_map_id()})) {
         hak_os_unmap(block, map_size);
         hak_stat_mapped(-(long)map_size);
         return NULL;
@@ -662,29 +669,37 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     return block;
 }
 
-// The live entry of p, under the lock; otherwise reports p for `func` (unlocking first).
-static hak_large *live_entry(const char *func, void *p) {
-    hak_large *e = table_find((uintptr_t)p);
-    if (e && !e->cached) return e;
-    int freed = e != NULL;
+// p is not a live large block: reported for `func` (p's shard unlocked already). Freed before
+// if its entry says so (`freed`), or if it was unmapped lately or is quarantined.
+__attribute__((noreturn)) static void report(const char *func, void *p, int freed) {
+    hak_lock_acquire(&cache_lock);
     for (unsigned i = 0; i < HAK_LARGE_RECENT; i++)
         freed |= recently_unmapped[i] == (uintptr_t)p;
 #ifdef HAK_SECURE
     freed |= quarantined((uintptr_t)p);
 #endif
-    hak_lock_release(&large_lock);
+    hak_lock_release(&cache_lock);
     hak_fatal_pointer(func, freed ? "double free" : "invalid pointer", p);
 }
 
-// Under the lock, at a free (live: the large bytes live just before it).
-static size_t cache_limit(size_t live) {
+// The live entry of p, under its shard's lock (held); otherwise reports p for `func`.
+static hak_large *live_entry(const char *func, hak_large_shard *s, void *p) {
+    hak_large *e = find(s, (uintptr_t)p);
+    if (e && !e->freed) return e;
+    hak_lock_release(&s->lock);
+    report(func, p, e != NULL);
+}
+
+// Under the cache lock, at a free.
+static size_t cache_limit(void) {
     uint64_t now = hak_coarse_now_ns();
+    size_t peak = atomic_load_explicit(&live_peak, memory_order_relaxed);
     if (now >= peak_halve_ns) {
-        live_peak /= 2;
+        peak /= 2;
+        atomic_store_explicit(&live_peak, peak, memory_order_relaxed);
         peak_halve_ns = now + HAK_LARGE_PEAK_HALF_LIFE_NS;
     }
-    if (live > live_peak) live_peak = live;
-    size_t limit = live_peak < HAK_LARGE_CACHE_BYTES / 2 ? HAK_LARGE_CACHE_BYTES : 2 * live_peak;
+    size_t limit = peak < HAK_LARGE_CACHE_BYTES / 2 ? HAK_LARGE_CACHE_BYTES : 2 * peak;
     return limit < HAK_LARGE_CACHE_BYTES_MAX ? limit : HAK_LARGE_CACHE_BYTES_MAX;
 }
 
@@ -701,11 +716,11 @@ static uint64_t joined_due(uint64_t a, uint64_t b) {
 // request takes its block, and that is the part its last user wrote (joined to a region before
 // it, the next block came from that one's never-written tail as often as not, and test_release's
 // regrown vector faulted in much of itself again now and then; measured:
-// docs/notebook/2026-11-26-allocator-measurements.md, "Large blocks"). Under the lock.
-static hak_large *coalesce(hak_large *e, uint64_t *due) {
+// docs/notebook/2026-11-26-allocator-measurements.md, "Large blocks"). Returns the joined size.
+static size_t coalesce(uintptr_t block, size_t size, uint32_t map_id, uint64_t *due) {
     uint64_t now = 0;
     for (unsigned i = 0; i < cache_count;) {
-        if (e->block + e->map_size != cache[i] || table_find(cache[i])->map_id != e->map_id) {
+        if (block + size != cache[i] || cache_map[i] != map_id) {
             i++;
             continue;
         }
@@ -717,14 +732,12 @@ static hak_large *coalesce(hak_large *e, uint64_t *due) {
         // joined to a purged one would be handed out from the purged end as often as not.
         if (!cache_due[i] != !*due) break;
         *due = joined_due(*due, cache_due[i]);
-        hak_large *after = cache_remove(i);
-        e->map_size += after->map_size;
+        size += cache_size[i];
         // (A block that loses its entry so is remembered as freed, for a second free of it.)
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = after->block;
-        after->block = HAK_LARGE_TOMBSTONE;
+        forget(cache_remove(i));
         i = 0;
     }
-    return e;
+    return size;
 }
 
 // The cached region that makes room for a freed one when the cache is full (by count, or by
@@ -736,7 +749,7 @@ static hak_large *coalesce(hak_large *e, uint64_t *due) {
 // one 48 KiB block in a loop got it unmapped and a fresh one, its pages faulted in, nearly every
 // round (test_release on a loaded machine; measured: docs/notebook/2026-11-26-not-kept.md,
 // "Issue #30, third pass"), while regions nobody had touched for seconds kept their slots.
-// Under the lock, cache not empty.
+// Cache not empty.
 static unsigned eviction_victim(void) {
     unsigned best = 0;
     for (unsigned i = 1; i < cache_count; i++) {
@@ -749,40 +762,39 @@ static unsigned eviction_victim(void) {
 
 #define HAK_LARGE_EVICT_MAX 16 // regions unmapped to make room for one freed region, at most
 
-// Puts freed region e into the shared cache, to be purged at `due` (0: its policy's delay
-// from now), or unmaps it when the cache has no room for it; under the lock, which it
-// releases. `live`: the large bytes live just before the free.
-static void cache_put_unlock(hak_large *e, uint64_t due, size_t live) {
-    size_t limit = cache_limit(live);
+// A freed region (hak_large_release) into the shared cache, to be purged at `due` (0: its
+// policy's delay from now), or unmapped when the cache has no room for it.
+void hak_large_cache_put(uintptr_t block, uint64_t due) {
+    hak_large_shard *s = shard_lock(block);
+    hak_large *e = find(s, block);
+    size_t map_size = e->map_size;
+    uint32_t map_id = e->map_id;
+    hak_lock_release(&s->lock);
+    hak_lock_acquire(&cache_lock);
+    size_t limit = cache_limit();
     // Room is made (the old regions unmapped once the lock is released) unless the region alone
     // is over the bound.
     uintptr_t evicted[HAK_LARGE_EVICT_MAX];
     size_t evicted_size[HAK_LARGE_EVICT_MAX];
     unsigned evict_count = 0;
-    while (e->map_size <= limit && cache_count && evict_count < HAK_LARGE_EVICT_MAX &&
-           (cache_count == HAK_LARGE_CACHE_COUNT || cache_bytes + e->map_size > limit)) {
-        hak_large *old = cache_remove(eviction_victim());
-        evicted[evict_count] = old->block;
-        evicted_size[evict_count++] = old->map_size;
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = old->block;
-        old->block = HAK_LARGE_TOMBSTONE;
+    while (map_size <= limit && cache_count && evict_count < HAK_LARGE_EVICT_MAX &&
+           (cache_count == HAK_LARGE_CACHE_COUNT || cache_bytes + map_size > limit)) {
+        unsigned victim = eviction_victim();
+        evicted_size[evict_count] = cache_size[victim];
+        evicted[evict_count] = cache_remove(victim);
+        forget(evicted[evict_count++]);
     }
-    int cached = cache_count < HAK_LARGE_CACHE_COUNT && cache_bytes + e->map_size <= limit;
-    uintptr_t block = e->block;
-    size_t map_size = e->map_size;
+    int cached = cache_count < HAK_LARGE_CACHE_COUNT && cache_bytes + map_size <= limit;
     if (cached) {
-        if (!due)
-            due = hak_coarse_now_ns() + (hak_option[HAK_OPT_SS_MEM_LEAN]
-                                             ? HAK_LARGE_PURGE_DELAY_LEAN_NS
-                                             : HAK_LARGE_PURGE_DELAY_NS);
-        e = coalesce(e, &due);
-        cache_add(e, due);
+        if (!due) due = hak_coarse_now_ns() + hak_arena_large_purge_delay();
+        size_t joined = coalesce(block, map_size, map_id, &due);
+        if (joined != map_size) entry_resize(block, joined);
+        cache_add(block, joined, map_id, due);
         purge_due_locked();
     } else {
-        e->block = HAK_LARGE_TOMBSTONE;
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = block;
+        forget(block);
     }
-    hak_lock_release(&large_lock);
+    hak_lock_release(&cache_lock);
     for (unsigned i = 0; i < evict_count; i++) {
         hak_stat_mapped(-(long)evicted_size[i]);
         hak_os_unmap((void *)evicted[i], evicted_size[i]);
@@ -796,97 +808,74 @@ static void cache_put_unlock(hak_large *e, uint64_t due, size_t live) {
     hak_os_unmap((void *)block, map_size);
 }
 
-static size_t live_large_bytes(void) {
-    return (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
-}
-
-// The oldest region of the heap's cache to the shared cache (or unmapped); under the lock,
-// which it releases.
-static void heap_cache_evict_unlock(hak_heap *heap) {
-    uint64_t due;
-    hak_large *e = heap_cache_remove(heap, 0, &due);
-    cache_put_unlock(e, due, live_large_bytes());
-}
-
-void hak_large_heap_flush(hak_heap *heap) {
-    while (heap->large_count) { // (its thread's, or a fork child's: nobody else changes it)
-        hak_lock_acquire(&large_lock);
-        heap_cache_evict_unlock(heap);
-    }
-}
-
-void hak_large_heap_purge_due(hak_heap *heap) {
-    if (!heap->large_count) return;
-    uint64_t now = hak_coarse_now_ns();
-    while (heap->large_count && heap->large_due[0] <= now) {
-        hak_lock_acquire(&large_lock);
-        heap_cache_evict_unlock(heap);
-    }
-}
-
-void hak_large_free(void *p) {
-    hak_lock_acquire(&large_lock);
-    hak_large *e = live_entry("free", p);
-    hak_stat_add(large, free, 1);
-    hak_stat_sub(large, live_kb, e->usable / 1024);
+// free(p) of a large block: p checked (reported unless it is a live large block), its entry
+// marked freed and counted; returns its region's size for the caller to cache it (0: the
+// secure build's quarantine took it).
+size_t hak_large_release(void *p) {
+    hak_large_shard *s = shard_lock((uintptr_t)p);
+    hak_large *e = live_entry("free", s, p);
+    size_t usable = e->usable, map_size = e->map_size;
 #ifdef HAK_SECURE
-    secure_free(e);
-    hak_lock_release(&large_lock);
-    return;
-#endif
-    size_t live = live_large_bytes() + e->usable;
-    hak_heap *heap = cache_heap();
-    if (!heap || e->map_size > HAK_LARGE_HEAP_REGION_MAX) {
-        cache_put_unlock(e, 0, live);
-        return;
-    }
-    uint64_t now = hak_coarse_now_ns();
-    unsigned n = heap->large_count;
-    e->cached = 2; // (in a heap's cache: freed, for live_entry)
+    e->block = HAK_LARGE_TOMBSTONE;
+#else
+    e->freed = 1;
     e->usable = 0;
-    heap->large_block[n] = e->block;
-    heap->large_size[n] = e->map_size;
-    heap->large_due[n] = now + HAK_LARGE_PURGE_DELAY_NS;
-    heap->large_count = n + 1;
-    hak_stat_add(large, heap_cache_put, 1);
-    // A fifth region, or an oldest one whose delay ran out: the oldest to the shared cache.
-    if (heap->large_count <= HAK_LARGE_HEAP_CACHE && heap->large_due[0] > now) {
-        hak_lock_release(&large_lock);
-        return;
-    }
-    heap_cache_evict_unlock(heap);
-    hak_large_heap_purge_due(heap); // (and any other whose delay ran out)
+#endif
+    hak_lock_release(&s->lock);
+    // (the large bytes live just before this free)
+    size_t live = (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024;
+    hak_stat_add(large, free, 1);
+    hak_stat_sub(large, live_kb, usable / 1024);
+#ifdef HAK_SECURE
+    (void)live;
+    secure_free((uintptr_t)p, map_size);
+    return 0;
+#else
+    size_t peak = atomic_load_explicit(&live_peak, memory_order_relaxed);
+    if (live > peak) atomic_store_explicit(&live_peak, live, memory_order_relaxed);
+    return map_size;
+#endif
+}
+
+// A region of a heap's own cache (freed, its entry kept) taken for a block of `need` bytes.
+void *hak_large_reuse(uintptr_t block, size_t map_size, size_t need, int zero) {
+    return take_region(block, map_size, need, zero);
 }
 
 size_t hak_large_usable(const char *func, void *p) {
-    hak_lock_acquire(&large_lock);
-    size_t usable = live_entry(func, p)->usable;
-    hak_lock_release(&large_lock);
+    hak_large_shard *s = shard_lock((uintptr_t)p);
+    size_t usable = live_entry(func, s, p)->usable;
+    hak_lock_release(&s->lock);
     return usable;
 }
 
-// realloc growing block e to `need` bytes when the region right after it is cached (the tail
-// cache_take split off, a neighbour freed): the block takes what it needs of it, in place, with
-// no syscall and, while that region is warm, no page fault; the rest stays cached. 0 when there
-// is no such region or it is too small. Under the lock.
-static int grow_into_cached_neighbour(hak_large *e, size_t need) {
-    uintptr_t end = e->block + e->map_size, block = e->block;
+// realloc growing block `block` (its mapping map_size bytes of mapping map_id) to `need` bytes
+// when the region right after it is cached (the tail cache_take split off, a neighbour freed):
+// the block takes what it needs of it, in place, with no syscall and, while that region is warm,
+// no page fault; the rest stays cached. 0 when there is no such region or it is too small.
+static int grow_into_cached_neighbour(uintptr_t block, size_t map_size, uint32_t map_id,
+                                      size_t need) {
+    uintptr_t end = block + map_size;
+    hak_lock_acquire(&cache_lock);
     for (unsigned i = 0; i < cache_count; i++) {
-        if (cache[i] != end || e->map_size + cache_size[i] < need) continue;
-        if (table_find(cache[i])->map_id != e->map_id) continue; // (mremap would refuse it)
+        if (cache[i] != end || map_size + cache_size[i] < need) continue;
+        if (cache_map[i] != map_id) continue; // (mremap would refuse it)
         uint64_t due = cache_due[i];
-        hak_large *next = cache_remove(i);
-        size_t total = e->map_size + next->map_size;
-        next->block = HAK_LARGE_TOMBSTONE;
-        if (total > need && table_insert(block + need, total - need, 0, next->map_id))
-            cache_add(table_find(block + need), due);
+        size_t total = map_size + cache_size[i];
+        entry_remove(cache_remove(i));
+        if (total > need && insert((hak_large){block + need, total - need, 0, 1, map_id}))
+            cache_add(block + need, total - need, map_id, due);
         else
             need = total;
-        e = table_find(block); // (inserting may have rebuilt the table)
+        hak_large_shard *s = shard_lock(block);
+        hak_large *e = find(s, block);
         e->map_size = need;
         e->usable = need;
+        hak_lock_release(&s->lock);
+        hak_lock_release(&cache_lock);
         return 1;
     }
+    hak_lock_release(&cache_lock);
     return 0;
 }
 
@@ -895,14 +884,15 @@ static int grow_into_cached_neighbour(hak_large *e, size_t need) {
 void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     if (size > HAK_ADDRESS_LIMIT) return NULL; // (rounding it up would wrap around)
     size_t need = hak_round_to_os_pages(size);
-    hak_lock_acquire(&large_lock);
-    hak_large *e = live_entry("realloc", p);
+    hak_large_shard *s = shard_lock((uintptr_t)p);
+    hak_large *e = live_entry("realloc", s, p);
     size_t map_size = e->map_size, usable = e->usable;
+    uint32_t map_id = e->map_id;
 #ifdef HAK_SECURE
     // Between its guards a block neither grows nor gives back its tail: within its usable
     // size it stays, anything larger is copied to a new block.
-    hak_lock_release(&large_lock);
-    (void)map_size;
+    hak_lock_release(&s->lock);
+    (void)map_size, (void)map_id;
     return need <= usable ? p : NULL;
 #endif
     if (need <= map_size) {
@@ -913,7 +903,7 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
         int trim = need < usable && map_size - need >= map_size / 4;
         e->usable = need;
         if (trim) e->map_size = need;
-        hak_lock_release(&large_lock);
+        hak_lock_release(&s->lock);
         hak_stat_sub(large, live_kb, usable / 1024);
         hak_stat_add(large, live_kb, need / 1024);
         hak_stat_add(large, realloc_in_place, 1);
@@ -923,26 +913,17 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
         }
         return p;
     }
-    if (grow_into_cached_neighbour(e, need)) {
-        hak_lock_release(&large_lock);
+    // (Only this thread may free or resize p meanwhile: its entry stays as it is.)
+    hak_lock_release(&s->lock);
+    if (grow_into_cached_neighbour((uintptr_t)p, map_size, map_id, need)) {
         hak_stat_sub(large, live_kb, usable / 1024);
         hak_stat_add(large, live_kb, need / 1024);
         hak_stat_add(large, realloc_in_place, 1);
         return p;
     }
-    // The entry leaves the table before the lock is dropped for the call: if mremap moves the
-    // block, its old address is free for anyone's next mapping at once, and that mapping's
-    // entry must not meet this one. (Only this thread may free or resize p meanwhile.)
-    // Room for the entry to come back is made first: once mremap has moved the block, the
-    // entry must go back, and a table that cannot grow then would leave no way to return NULL.
-    if (!table_reserve()) {
-        hak_lock_release(&large_lock);
-        return NULL; // (the caller's malloc, copy and free fail as well: NULL, p untouched)
-    }
-    e = table_find((uintptr_t)p); // (growing may have rebuilt the table)
-    uint32_t map_id = e->map_id;
-    e->block = HAK_LARGE_TOMBSTONE;
-    hak_lock_release(&large_lock);
+    // The entry leaves the table before the call: if mremap moves the block, its old address
+    // is free for anyone's next mapping at once, and that mapping's entry must not meet this one.
+    entry_remove((uintptr_t)p);
     int saved = errno;
     void *q = hak_os_remap(p, map_size, need);
     if (q == MAP_FAILED && errno == ENOMEM) *out_of_memory = 1; // out of address space
@@ -958,10 +939,8 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     } else {
         q = p; // p stays as it was, still mapped: its entry goes back
     }
-    hak_lock_acquire(&large_lock);
-    int ok = table_insert_back((uintptr_t)q, map_size, usable, moved ? new_map_id() : map_id);
-    hak_lock_release(&large_lock);
-    if (!ok) hak_fatal_pointer("realloc", "out of metadata memory for", q);
+    if (!insert_back((hak_large){(uintptr_t)q, map_size, usable, 0, moved ? new_map_id() : map_id}))
+        hak_fatal_pointer("realloc", "out of metadata memory for", q);
     if (!moved) return NULL;
     if (q == p) hak_stat_add(large, realloc_in_place, 1);
     return q;
@@ -970,21 +949,19 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
 // Out of address space (hak_release_cached): every cached region, and the untaken rest of
 // the current chunk, unmapped. Returns the bytes.
 size_t hak_large_release_cache(void) {
-    hak_heap *heap = cache_heap();
-    if (heap) hak_large_heap_flush(heap);
-    hak_lock_acquire(&large_lock);
+    hak_lock_acquire(&cache_lock);
     size_t released = 0;
 #ifdef HAK_SECURE
     released += quarantine_release();
 #endif
     while (cache_count) {
-        hak_large *e = cache_remove(cache_count - 1);
-        recently_unmapped[recent_next++ % HAK_LARGE_RECENT] = e->block;
-        hak_os_unmap((void *)e->block, e->map_size);
-        hak_stat_mapped(-(long)e->map_size);
+        size_t size = cache_size[cache_count - 1];
+        uintptr_t block = cache_remove(cache_count - 1);
+        forget(block);
+        hak_os_unmap((void *)block, size);
+        hak_stat_mapped(-(long)size);
         hak_stat_add(large, cache_evict, 1);
-        released += e->map_size;
-        e->block = HAK_LARGE_TOMBSTONE;
+        released += size;
     }
     if (chunk_left) {
         hak_os_unmap(chunk_next, chunk_left);
@@ -992,16 +969,23 @@ size_t hak_large_release_cache(void) {
         released += chunk_left;
         chunk_left = 0;
     }
-    hak_lock_release(&large_lock);
+    hak_lock_release(&cache_lock);
     return released;
 }
 
+// fork: the cache lock, then every shard's, in order (the order of every path that holds two).
 void hak_large_fork_prepare(void) {
-    hak_lock_acquire(&large_lock);
+    hak_lock_acquire(&cache_lock);
+    for (unsigned i = 0; i < HAK_LARGE_SHARDS; i++)
+        hak_lock_acquire(&shards[i].lock);
 }
 void hak_large_fork_parent(void) {
-    hak_lock_release(&large_lock);
+    for (unsigned i = HAK_LARGE_SHARDS; i-- > 0;)
+        hak_lock_release(&shards[i].lock);
+    hak_lock_release(&cache_lock);
 }
 void hak_large_fork_child(void) {
-    hak_lock_reset(&large_lock);
+    for (unsigned i = 0; i < HAK_LARGE_SHARDS; i++)
+        hak_lock_reset(&shards[i].lock);
+    hak_lock_reset(&cache_lock);
 }

@@ -25,7 +25,8 @@
     X(exited)    /* the one heap of threads that allocate after their exit (heap.c) */             \
     X(abandoned) /* the abandoned superslabs (superslab.c) */                                      \
     X(cache)     /* the empty-superslab cache (arena.c) */                                            \
-    X(large)     /* the large blocks' table, cache and chunks (large.c) */                         \
+    X(large_cache) /* the shared cache of freed large regions, span chunks (large.c) */            \
+    X(large_table) /* the large blocks' table: one per shard, counted together (large.c) */      \
     X(init)      /* process start (init.c) */
 
 typedef enum {

@@ -17,6 +17,8 @@
 // later, larger malloc needed (issue #37; test_oom). Returns whether anything was unmapped (then
 // the caller tries once more: the layers that map memory only report the failure, mimalloc's way).
 int hak_release_cached(void) {
+    hak_heap *heap = hak_tls_heap;
+    if (heap != &hak_heap_empty) hak_heap_large_flush(heap);
     size_t released = hak_large_release_cache();
     hak_page_reclaim_all_abandoned();
     released += hak_arena_release_cache();
@@ -85,12 +87,14 @@ void hak_purge_slot_freed(hak_heap *heap, hak_superslab *ss) {
     }
 }
 
-// Purges the heap's superslabs and the cached ones whose deadline passed; keeps the next.
+// Purges what waited its delay: the free slots of the heap's superslabs, the heap's own large
+// regions (to the shared cache), and through the arena's scheduler the cached superslabs and
+// large regions; keeps the heap's next deadline.
 void hak_purge_due(hak_heap *heap) {
-    hak_large_purge_due();
     uint64_t cache_next = hak_arena_cache_next_due();
-    if (!heap->purge_next_ns && !cache_next) return;
+    if (!heap->purge_next_ns && !cache_next && !heap->large_count) return;
     uint64_t now = hak_coarse_now_ns();
+    if (heap->large_count) hak_heap_large_purge_due(heap, now);
     if (cache_next && now >= cache_next) hak_arena_cache_purge_due(now);
     if (!heap->purge_next_ns || now < heap->purge_next_ns) return;
     uint64_t next = 0;

@@ -1,5 +1,5 @@
 // The segment layer: superslabs (superslab.c), the arena that caches them and sets their purge
-// deadlines (arena.c), large regions (large.c).
+// deadlines, its and the large cache's (arena.c), large regions (large.c).
 #ifndef HAK_SEGMENT_H
 #define HAK_SEGMENT_H
 
@@ -42,8 +42,11 @@ uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss);
 void hak_arena_arm(hak_superslab *ss, uint64_t due);
 uint64_t hak_arena_purge_delay(void);
 void hak_arena_purge_aged(hak_superslab *ss, uint64_t now);
+// The one purge scheduler of the caches no heap owns (empty superslabs, freed large regions).
 uint64_t hak_arena_cache_next_due(void);
 void hak_arena_cache_purge_due(uint64_t now);
+// How long a freed large region stays resident (in the shared cache or its heap's).
+uint64_t hak_arena_large_purge_delay(void);
 size_t hak_arena_trim_cache(void);
 size_t hak_arena_release_cache(void);
 #ifdef HAK_DEBUG
@@ -57,13 +60,16 @@ void hak_arena_fork_prepare(void);
 void hak_arena_fork_parent(void);
 void hak_arena_fork_child(void);
 
-// --- large.c
+// --- large.c: large blocks' regions, their table (in shards) and the cache of freed regions
+// shared by all threads (a heap's own regions are the heap layer's: heaplarge.c)
 void *hak_large_alloc(size_t size, size_t alignment, int zero);
-void hak_large_free(void *p);
-// The heap's large regions go to the shared cache: all of them (its thread exits), or those
-// whose purge deadline passed (its sweeps).
-void hak_large_heap_flush(struct hak_heap *heap);
-void hak_large_heap_purge_due(struct hak_heap *heap);
+// free(p): p checked, its entry marked freed; returns its region's size (0: the secure build's
+// quarantine took it), for hak_large_cache_put or a heap's own cache.
+size_t hak_large_release(void *p);
+// A freed region into the shared cache, purged at `due` (0: the policy's delay from now).
+void hak_large_cache_put(uintptr_t block, uint64_t due);
+// A freed region of `map_size` bytes kept by a heap, live again for a block of `need` bytes.
+void *hak_large_reuse(uintptr_t block, size_t map_size, size_t need, int zero);
 size_t hak_large_usable(const char *func, void *p);
 // Resized in place or moved; NULL when it is not (then the caller copies), with
 // *out_of_memory set when mremap was refused for want of address space.
@@ -71,8 +77,10 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory);
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
-void hak_large_purge_due(void);       // cached large regions whose delay passed (large.c)
+// The cache's earliest purge deadline and its purge (the arena's scheduler calls both).
+uint64_t hak_large_cache_next_due(void);
+void hak_large_cache_purge_due(uint64_t now);
 size_t hak_large_trim(void);          // malloc_trim: all of them now (bytes given back)
-size_t hak_large_release_cache(void); // large.c: every cached region unmapped (bytes)
+size_t hak_large_release_cache(void); // every cached region unmapped (bytes)
 
 #endif

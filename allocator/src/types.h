@@ -16,7 +16,8 @@
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
 //              that may have free blocks; full pages on a separate list.
 //   large      blocks above the mid pool: their own mapping sized to need, found through a
-//              table keyed by address (large.c); the registry tells the two kinds apart.
+//              table keyed by address, in shards (large.c), kept when freed by their thread's
+//              heap (heaplarge.c) or a shared cache; the registry tells the two kinds apart.
 #ifndef HAK_TYPES_H
 #define HAK_TYPES_H
 
@@ -28,7 +29,7 @@
 #include "error.h"
 #include "sizeclass.h"
 
-// The allocator's few global locks (the large blocks' table and cache, the superslab cache,
+// The allocator's few locks (the large table's shards, the large cache, the superslab cache,
 // the abandoned list, the heap list) guard short critical sections on cold paths. They spin
 // briefly before they sleep: with a plain mutex, threads on a few cores made a futex call for
 // many of the large lock's takes and waited asleep while the holder ran on the other core
@@ -276,7 +277,7 @@ typedef struct hak_front {
 
 #include "stats.h"
 
-// Large regions a heap keeps for its own thread (large.c, "the heap's large cache"): up to this
+// Large regions a heap keeps for its own thread (heaplarge.c): up to this
 // many, each of at most HAK_LARGE_HEAP_REGION_MAX bytes.
 #define HAK_LARGE_HEAP_CACHE 4
 
@@ -324,9 +325,10 @@ typedef struct hak_heap {
     uint32_t idle_countdown;
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
-    // Large regions this thread freed, kept for its next large blocks (speed-first; large.c):
+    // Large regions this thread freed, kept for its next large blocks (speed-first; heaplarge.c):
     // their addresses, sizes and purge deadlines, oldest first (one slot more for the free that
-    // overflows it, whose oldest then goes). Changed under the large lock.
+    // overflows it, whose oldest then goes). Changed by the heap's thread only, inside
+    // hak_heap_enter/leave.
     uintptr_t large_block[HAK_LARGE_HEAP_CACHE + 1];
     size_t large_size[HAK_LARGE_HEAP_CACHE + 1];
     uint64_t large_due[HAK_LARGE_HEAP_CACHE + 1];

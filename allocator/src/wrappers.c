@@ -301,17 +301,17 @@ static inline void *alloc_current(unsigned cls) {
 // Out of address space, what the allocator keeps cached goes back and the block is tried once
 // more (purge.c: hak_release_cached). A thread's first large block makes its heap, as its first
 // small one does: the heap keeps the thread's own freed large regions for its next large blocks
-// without the shared cache's lock (large.c, "the heap's large cache"); a thread that only ever
-// allocated large blocks went through that lock for every one.
+// without the shared cache's lock (heaplarge.c); a thread that only ever allocated large blocks
+// went through that lock for every one.
 static void *large_alloc(size_t size, size_t alignment, int zero) {
     if (HAK_UNLIKELY(hak_tls_heap == &hak_heap_empty) && !hak_thread_exited) {
         int saved = errno;
         hak_thread_init(); // (no heap, no cache of its own: the shared cache serves it)
         errno = saved;
     }
-    void *p = hak_large_alloc(size, alignment, zero);
+    void *p = hak_heap_large_alloc(size, alignment, zero);
     if (!p && size <= HAK_ADDRESS_LIMIT && hak_release_cached())
-        p = hak_large_alloc(size, alignment, zero);
+        p = hak_heap_large_alloc(size, alignment, zero);
     if (!p) errno = ENOMEM;
     return p;
 }
@@ -485,7 +485,7 @@ HAK_NOINLINE void hak_free_slow(void *p) {
     if (p == NULL || zero_block("free", p)) return;
     hak_superslab *ss = checked_superslab("free", p);
     if (!ss) {
-        hak_large_free(p);
+        hak_heap_large_free(p);
         return;
     }
     hak_page *page = hak_page_of(ss, (uintptr_t)p);
@@ -552,9 +552,10 @@ HAK_EXPORT size_t hak_malloc_usable_size(void *p) {
 HAK_EXPORT int hak_malloc_trim(size_t pad) {
     (void)pad;
     hak_process_init();
-    size_t dropped = hak_large_trim();
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) heap = NULL;
+    if (heap) hak_heap_large_flush(heap); // (other threads' regions are theirs: a few each)
+    size_t dropped = hak_large_trim();
     if (heap) hak_heap_trim_spare(heap);
     dropped += hak_purge_trim(heap);
     return dropped != 0;
