@@ -25,29 +25,27 @@ static hak_heap *regions_heap(void) {
     return heap != &hak_heap_empty && !hak_option[HAK_OPT_SS_MEM_LEAN] ? heap : NULL;
 }
 
-// Takes the heap's region i out of its arrays; returns its address (*size, *due: its size and
-// deadline).
-static uintptr_t regions_remove(hak_heap *heap, unsigned i, size_t *size, uint64_t *due) {
+// Takes the heap's region i out of its arrays; returns it (*due: its deadline).
+static hak_region regions_remove(hak_heap *heap, unsigned i, uint64_t *due) {
     hak_heap_enter(heap);
-    uintptr_t block = heap->large_block[i];
-    *size = heap->large_size[i];
+    hak_region r = {heap->large_block[i], heap->large_size[i], heap->large_map[i]};
     *due = heap->large_due[i];
     heap->large_count--;
     for (unsigned j = i; j < heap->large_count; j++) {
         heap->large_block[j] = heap->large_block[j + 1];
         heap->large_size[j] = heap->large_size[j + 1];
+        heap->large_map[j] = heap->large_map[j + 1];
         heap->large_due[j] = heap->large_due[j + 1];
     }
     hak_heap_leave(heap);
-    return block;
+    return r;
 }
 
 // The oldest region to the shared cache (with its deadline).
 static void regions_evict(hak_heap *heap) {
-    size_t size;
     uint64_t due;
-    uintptr_t block = regions_remove(heap, 0, &size, &due);
-    hak_large_cache_put(block, due);
+    hak_region r = regions_remove(heap, 0, &due);
+    hak_large_cache_put(r, due);
 }
 
 void *hak_heap_large_alloc(size_t size, size_t alignment, int zero) {
@@ -64,11 +62,10 @@ void *hak_heap_large_alloc(size_t size, size_t alignment, int zero) {
             if (best == HAK_LARGE_HEAP_CACHE || have <= heap->large_size[best]) best = i;
         }
         if (best != HAK_LARGE_HEAP_CACHE) {
-            size_t have;
             uint64_t due;
-            uintptr_t block = regions_remove(heap, best, &have, &due);
+            hak_region r = regions_remove(heap, best, &due);
             hak_stat_add(large, heap_cache_hit, 1);
-            return hak_large_reuse(block, have, need, zero);
+            return hak_large_reuse(r.block, r.size, need, zero);
         }
     }
 #endif
@@ -76,18 +73,19 @@ void *hak_heap_large_alloc(size_t size, size_t alignment, int zero) {
 }
 
 void hak_heap_large_free(void *p) {
-    size_t size = hak_large_release(p);
-    if (!size) return; // (the secure build's quarantine took it)
+    hak_region r = hak_large_release(p);
+    if (!r.size) return; // (the secure build's quarantine took it)
     hak_heap *heap = regions_heap();
-    if (!heap || size > HAK_LARGE_HEAP_REGION_MAX) {
-        hak_large_cache_put((uintptr_t)p, 0);
+    if (!heap || r.size > HAK_LARGE_HEAP_REGION_MAX) {
+        hak_large_cache_put(r, 0);
         return;
     }
     uint64_t now = hak_coarse_now_ns();
     hak_heap_enter(heap);
     unsigned n = heap->large_count;
-    heap->large_block[n] = (uintptr_t)p;
-    heap->large_size[n] = size;
+    heap->large_block[n] = r.block;
+    heap->large_size[n] = r.size;
+    heap->large_map[n] = r.map_id;
     heap->large_due[n] = now + hak_arena_large_purge_delay();
     heap->large_count = n + 1;
     hak_heap_leave(heap);

@@ -762,14 +762,12 @@ static unsigned eviction_victim(void) {
 
 #define HAK_LARGE_EVICT_MAX 16 // regions unmapped to make room for one freed region, at most
 
-// A freed region (hak_large_release) into the shared cache, to be purged at `due` (0: its
-// policy's delay from now), or unmapped when the cache has no room for it.
-void hak_large_cache_put(uintptr_t block, uint64_t due) {
-    hak_large_shard *s = shard_lock(block);
-    hak_large *e = find(s, block);
-    size_t map_size = e->map_size;
-    uint32_t map_id = e->map_id;
-    hak_lock_release(&s->lock);
+// A freed region (hak_large_release: its size and mapping) into the shared cache, to be purged
+// at `due` (0: its policy's delay from now), or unmapped when the cache has no room for it.
+void hak_large_cache_put(hak_region r, uint64_t due) {
+    uintptr_t block = r.block;
+    size_t map_size = r.size;
+    uint32_t map_id = r.map_id;
     hak_lock_acquire(&cache_lock);
     size_t limit = cache_limit();
     // Room is made (the old regions unmapped once the lock is released) unless the region alone
@@ -809,12 +807,13 @@ void hak_large_cache_put(uintptr_t block, uint64_t due) {
 }
 
 // free(p) of a large block: p checked (reported unless it is a live large block), its entry
-// marked freed and counted; returns its region's size for the caller to cache it (0: the
-// secure build's quarantine took it).
-size_t hak_large_release(void *p) {
+// marked freed and counted; returns its region for the caller to cache it (size 0: the secure
+// build's quarantine took it).
+hak_region hak_large_release(void *p) {
     hak_large_shard *s = shard_lock((uintptr_t)p);
     hak_large *e = live_entry("free", s, p);
     size_t usable = e->usable, map_size = e->map_size;
+    hak_region r = {(uintptr_t)p, map_size, e->map_id};
 #ifdef HAK_SECURE
     e->block = HAK_LARGE_TOMBSTONE;
 #else
@@ -829,12 +828,12 @@ size_t hak_large_release(void *p) {
 #ifdef HAK_SECURE
     (void)live;
     secure_free((uintptr_t)p, map_size);
-    return 0;
+    r.size = 0;
 #else
     size_t peak = atomic_load_explicit(&live_peak, memory_order_relaxed);
     if (live > peak) atomic_store_explicit(&live_peak, live, memory_order_relaxed);
-    return map_size;
 #endif
+    return r;
 }
 
 // A region of a heap's own cache (freed, its entry kept) taken for a block of `need` bytes.

@@ -63,11 +63,17 @@ void hak_arena_fork_child(void);
 // --- large.c: large blocks' regions, their table (in shards) and the cache of freed regions
 // shared by all threads (a heap's own regions are the heap layer's: heaplarge.c)
 void *hak_large_alloc(size_t size, size_t alignment, int zero);
-// free(p): p checked, its entry marked freed; returns its region's size (0: the secure build's
+// A freed large region: its address, size and mapping (regions of two mappings never join).
+typedef struct {
+    uintptr_t block;
+    size_t size;
+    uint32_t map_id;
+} hak_region;
+// free(p): p checked, its entry marked freed; returns its region (size 0: the secure build's
 // quarantine took it), for hak_large_cache_put or a heap's own cache.
-size_t hak_large_release(void *p);
+hak_region hak_large_release(void *p);
 // A freed region into the shared cache, purged at `due` (0: the policy's delay from now).
-void hak_large_cache_put(uintptr_t block, uint64_t due);
+void hak_large_cache_put(hak_region region, uint64_t due);
 // A freed region of `map_size` bytes kept by a heap, live again for a block of `need` bytes.
 void *hak_large_reuse(uintptr_t block, size_t map_size, size_t need, int zero);
 size_t hak_large_usable(const char *func, void *p);

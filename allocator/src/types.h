@@ -326,11 +326,12 @@ typedef struct hak_heap {
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
     // Large regions this thread freed, kept for its next large blocks (speed-first; heaplarge.c):
-    // their addresses, sizes and purge deadlines, oldest first (one slot more for the free that
+    // their addresses, sizes, mappings and purge deadlines, oldest first (one slot more for the free that
     // overflows it, whose oldest then goes). Changed by the heap's thread only, inside
     // hak_heap_enter/leave.
     uintptr_t large_block[HAK_LARGE_HEAP_CACHE + 1];
     size_t large_size[HAK_LARGE_HEAP_CACHE + 1];
+    uint32_t large_map[HAK_LARGE_HEAP_CACHE + 1]; // their mappings (large.c: map_id)
     uint64_t large_due[HAK_LARGE_HEAP_CACHE + 1];
     uint32_t large_count;
     struct hak_heap *next_live, *prev_live;
