@@ -65,7 +65,7 @@ void *hak_heap_large_alloc(size_t size, size_t alignment, int zero) {
             uint64_t due;
             hak_region r = regions_remove(heap, best, &due);
             hak_stat_add(large, heap_cache_hit, 1);
-            return hak_large_reuse(r.block, r.size, need, zero);
+            return hak_large_reuse(r.block, need, zero);
         }
     }
 #endif

@@ -26,7 +26,15 @@ void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
 
-// --- arena.c: the cache of empty superslabs, the purge deadlines of free page slots
+// A freed large region: its address, size and mapping (regions of two mappings never join).
+typedef struct {
+    uintptr_t block;
+    size_t size;
+    uint32_t map_id;
+} hak_region;
+
+// --- arena.c: the cache of empty superslabs, the purge deadlines of free page slots, the cache
+// of freed large regions and the span chunks, one purge scheduler for both caches
 // Speed-first: how long freed memory the allocator keeps (empty superslabs, free page slots,
 // cached large regions) stays resident before it is purged (arena.c, purge.c, large.c).
 #define HAK_PURGE_DELAY_NS (10u * 1000u * 1000u)
@@ -42,6 +50,23 @@ uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss);
 void hak_arena_arm(hak_superslab *ss, uint64_t due);
 uint64_t hak_arena_purge_delay(void);
 void hak_arena_purge_aged(hak_superslab *ss, uint64_t now);
+// Freed large regions (large.c hands them over, its entries gone): a region for a request of
+// `need` bytes (taken whole up to twice that, else split: r->size is what the block gets), the
+// largest smaller one to grow by mremap, the one right after block b's end taken by b growing
+// to `need` in place (returns b's new size, 0: none), a freed one cached or unmapped, whether a
+// block was freed (for the reports), one whose range went (secure quarantine).
+int hak_arena_region_take(size_t need, size_t alignment, hak_region *r);
+int hak_arena_region_take_smaller(size_t need, hak_region *r);
+size_t hak_arena_region_take_after(hak_region b, size_t need);
+void hak_arena_region_put(hak_region r, uint64_t due);
+int hak_arena_region_freed(uintptr_t block);
+void hak_arena_region_gone(uintptr_t block);
+// A span of `need` bytes cut from the current chunk (speed-first, up to 256 KiB), or NULL.
+void *hak_arena_span(size_t need, uint32_t *map_id);
+// The live large bytes before a free (the cache's bound follows their recent peak).
+void hak_arena_note_live(size_t live);
+// The registry marks of the 2 MiB chunks a large mapping touches.
+void hak_arena_mark_large(uintptr_t block, size_t size);
 // The one purge scheduler of the caches no heap owns (empty superslabs, freed large regions).
 uint64_t hak_arena_cache_next_due(void);
 void hak_arena_cache_purge_due(uint64_t now);
@@ -60,33 +85,26 @@ void hak_arena_fork_prepare(void);
 void hak_arena_fork_parent(void);
 void hak_arena_fork_child(void);
 
-// --- large.c: large blocks' regions, their table (in shards) and the cache of freed regions
-// shared by all threads (a heap's own regions are the heap layer's: heaplarge.c)
+// --- large.c: large blocks, their table (in shards); a heap's own regions are the heap layer's
+// (heaplarge.c), the cache of freed regions the arena's (above)
 void *hak_large_alloc(size_t size, size_t alignment, int zero);
-// A freed large region: its address, size and mapping (regions of two mappings never join).
-typedef struct {
-    uintptr_t block;
-    size_t size;
-    uint32_t map_id;
-} hak_region;
 // free(p): p checked, its entry marked freed; returns its region (size 0: the secure build's
 // quarantine took it), for hak_large_cache_put or a heap's own cache.
 hak_region hak_large_release(void *p);
-// A freed region into the shared cache, purged at `due` (0: the policy's delay from now).
+// A freed region to the arena's cache (its entry goes), purged at `due` (0: the delay from now).
 void hak_large_cache_put(hak_region region, uint64_t due);
-// A freed region of `map_size` bytes kept by a heap, live again for a block of `need` bytes.
-void *hak_large_reuse(uintptr_t block, size_t map_size, size_t need, int zero);
+// A freed region a heap kept, live again for a block of `need` bytes.
+void *hak_large_reuse(uintptr_t block, size_t need, int zero);
 size_t hak_large_usable(const char *func, void *p);
 // Resized in place or moved; NULL when it is not (then the caller copies), with
 // *out_of_memory set when mremap was refused for want of address space.
 void *hak_large_realloc(void *p, size_t size, int *out_of_memory);
+// For the arena: a new mapping's id; a live block's lean tail purged (bytes).
+uint32_t hak_large_new_map_id(void);
+size_t hak_large_purge_tail(uintptr_t block);
+size_t hak_large_release_cache(void); // the secure build's quarantine unmapped (bytes)
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
 void hak_large_fork_child(void);
-// The cache's earliest purge deadline and its purge (the arena's scheduler calls both).
-uint64_t hak_large_cache_next_due(void);
-void hak_large_cache_purge_due(uint64_t now);
-size_t hak_large_trim(void);          // malloc_trim: all of them now (bytes given back)
-size_t hak_large_release_cache(void); // every cached region unmapped (bytes)
 
 #endif

@@ -555,9 +555,8 @@ HAK_EXPORT int hak_malloc_trim(size_t pad) {
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) heap = NULL;
     if (heap) hak_heap_large_flush(heap); // (other threads' regions are theirs: a few each)
-    size_t dropped = hak_large_trim();
     if (heap) hak_heap_trim_spare(heap);
-    dropped += hak_purge_trim(heap);
+    size_t dropped = hak_purge_trim(heap);
     return dropped != 0;
 }
 
