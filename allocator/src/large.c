@@ -58,8 +58,8 @@ typedef struct hak_large {
 typedef struct {
     hak_lock lock;
     hak_large *table;
-    size_t capacity; // a power of two
-    size_t used;     // entries
+    size_t capacity;                            // a power of two
+    size_t used;                                // entries
 } __attribute__((aligned(64))) hak_large_shard; // (a cache line each: no false sharing)
 
 static hak_large_shard shards[HAK_LARGE_SHARDS] = {
@@ -380,9 +380,8 @@ hak_region hak_large_release(void *p) {
 #endif
     hak_lock_release(&s->lock);
     // (the large bytes live just before this free, for the cache's bound)
-    hak_arena_note_live((size_t)atomic_load_explicit(&hak_stats_large.live_kb,
-                                                     memory_order_relaxed) *
-                        1024);
+    hak_arena_note_live(
+        (size_t)atomic_load_explicit(&hak_stats_large.live_kb, memory_order_relaxed) * 1024);
     hak_stat_add(large, free, 1);
     hak_stat_sub(large, live_kb, usable / 1024);
 #ifdef HAK_SECURE

@@ -21,13 +21,13 @@
 
 // Every lock of the allocator, named once: its LOCK_STATS counters are <name>_<counter>.
 #define HAK_LOCKS(X)                                                                               \
-    X(heaps)     /* the heap list (heap.c) */                                                      \
-    X(exited)    /* the one heap of threads that allocate after their exit (heap.c) */             \
-    X(abandoned) /* the abandoned superslabs (superslab.c) */                                      \
-    X(cache)     /* the empty-superslab cache (arena.c) */                                            \
-    X(large_cache) /* the shared cache of freed large regions, span chunks (large.c) */            \
-    X(large_table) /* the large blocks' table: one per shard, counted together (large.c) */      \
-    X(init)      /* process start (init.c) */
+    X(heaps)       /* the heap list (heap.c) */                                                    \
+    X(exited)      /* the one heap of threads that allocate after their exit (heap.c) */           \
+    X(abandoned)   /* the abandoned superslabs (superslab.c) */                                    \
+    X(cache)       /* the empty-superslab cache (arena.c) */                                       \
+    X(large_cache) /* the cache of freed large regions, span chunks (arena.c) */                   \
+    X(large_table) /* the large blocks' table: one per shard, counted together (large.c) */        \
+    X(init)        /* process start (init.c) */
 
 typedef enum {
 #define HAK_LOCK_ID(name) HAK_LOCK_##name,

@@ -48,7 +48,6 @@
 // "Code layout").
 #define HAK_HOT_ALIGN __attribute__((aligned(64)))
 
-
 #define HAK_SS_SHIFT       21
 #define HAK_SS_SIZE        ((size_t)1 << HAK_SS_SHIFT)
 #define HAK_SS_MASK        (HAK_SS_SIZE - 1)
@@ -173,8 +172,8 @@ typedef struct hak_superslab {
     uint32_t free_page_mask; // bit i: pages[i] is a free slot
     uint32_t dirty_mask;     // bit i: free slot i may still be resident (not purged yet)
     uint64_t purge_due_ns; // speed-first: when the resident free slots may be purged (0: none due)
-    // The adopter's grace (arena.c, hak_arena_superslab_adopted): bit i: free slot i was handed to an
-    // adopter before the deadline, which ages it instead of purging it; graced: slot i had that
+    // The adopter's grace (arena.c, hak_arena_superslab_adopted): bit i: free slot i was handed to
+    // an adopter before the deadline, which ages it instead of purging it; graced: slot i had that
     // grace since it was last freed (once a free period).
     uint32_t young_mask, graced_mask;
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
@@ -318,7 +317,8 @@ typedef struct hak_heap {
     uint64_t purge_next_ns;   // earliest purge_due_ns of its superslabs (0: none due; purge.c)
     uint32_t purge_checks;    // slot frees since the deadlines were last checked (purge.c)
     // Bytes of page slots given back since the heap last took one: beyond HAK_SHRINK_BYTES the
-    // heap is shrinking (hak_heap_shrinking), and what it frees goes back at once (purge.c, heap.c).
+    // heap is shrinking (hak_heap_shrinking), and what it frees goes back at once (purge.c,
+    // heap.c).
     uint64_t shrink_bytes;
     // Allocation slow paths until the lean policy next purges idle medium blocks (purge.c; 0 under
     // speed-first: it wraps around and comes back after 2^32).
@@ -326,8 +326,8 @@ typedef struct hak_heap {
     uint32_t idle_epoch;   // passes so far (their marks differ)
     uint64_t idle_last_ns; // when the last pass was
     // Large regions this thread freed, kept for its next large blocks (speed-first; heaplarge.c):
-    // their addresses, sizes, mappings and purge deadlines, oldest first (one slot more for the free that
-    // overflows it, whose oldest then goes). Changed by the heap's thread only, inside
+    // their addresses, sizes, mappings and purge deadlines, oldest first (one slot more for the
+    // free that overflows it, whose oldest then goes). Changed by the heap's thread only, inside
     // hak_heap_enter/leave.
     uintptr_t large_block[HAK_LARGE_HEAP_CACHE + 1];
     size_t large_size[HAK_LARGE_HEAP_CACHE + 1];
