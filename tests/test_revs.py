@@ -180,3 +180,34 @@ def test_a_revision_side_runs_the_profiles_of_its_revision(tmp_path):
     assert cell.env["HAKMEM_SMALL_HEAP_V3_CLASSES"] == "0x1f7f"
     with pytest.raises(UsageError, match="unknown profile 'BALANCED'"):
         make_cell("hakmem", "mixed", profile="BALANCED", build=build, validate=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not has_file("HEAD", "allocator/allocator.mk"), reason="HEAD does not build the allocator"
+)
+def test_a_build_in_use_is_added_to_never_rebuilt(made_worktrees, tmp_path):
+    """Two calls at one revision asking for different targets (an ab of one workload beside an
+    ab of another): the second adds its targets; the first's files stay the very same files,
+    so a call running from them meanwhile never finds them gone."""
+    sha = resolve_rev("HEAD")
+    build_dir = rev_build_dir(sha)
+    first_targets = ("bin/hakmem-options",)
+    second_targets = ("bin/hakmem-options", "fast/libhakmem.so")
+    shutil.rmtree(build_dir, ignore_errors=True)
+    try:
+        build_at_rev(sha, targets=first_targets)
+        tool = build_dir / "bin" / "hakmem-options"
+        inode = tool.stat().st_ino
+        assert not (build_dir / "fast" / "libhakmem.so").exists()
+
+        build_at_rev(sha, targets=second_targets)
+        assert tool.stat().st_ino == inode  # not removed, not rewritten
+        assert (build_dir / revs.partial_stamp(first_targets)).is_file()
+        assert (build_dir / revs.partial_stamp(second_targets)).is_file()
+        lib = build_dir / "fast" / "libhakmem.so"
+        assert lib.is_file() and lib.stat().st_size > 0
+        assert not list(build_dir.parent.glob(f".rev-{sha[:12]}-*"))  # its staging is gone
+        assert_gone(made_worktrees)
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)

@@ -4,7 +4,8 @@ The revision is checked out into a temporary detached worktree (the caller's wor
 and index are never touched), built there with ``make build BUILD=<repo>/build/rev-<sha>``,
 and the worktree is removed. A stamp file marks a finished build, so the same SHA is built
 once and reused; a failed build leaves no stamp (its log stays) and is retried next time.
-Concurrent callers serialise on a lock of the ``build/`` directory.
+Concurrent callers serialise on a lock of the ``build/`` directory, and a build that other
+callers may be running from is only ever added to, never removed or rewritten.
 """
 
 from __future__ import annotations
@@ -149,14 +150,58 @@ def _own_make_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
+def _stamped(build_dir: Path) -> bool:
+    """Whether ``build_dir`` holds a finished build of some targets (callers may run from it)."""
+    return build_dir.is_dir() and any(p.name.startswith(STAMP) for p in build_dir.iterdir())
+
+
 def _build(
     sha: str, build_dir: Path, root: Path, jobs: int, targets: tuple[str, ...] | None = None
 ) -> None:
-    if build_dir.exists():  # leftovers of a failed, interrupted or partial build
-        shutil.rmtree(build_dir)
-    build_dir.mkdir(parents=True)
+    stamp = build_dir / (STAMP if targets is None else partial_stamp(targets))
+    if _stamped(build_dir):
+        # Another call may be running from this build now (an ab of other workloads at the same
+        # revision): the new targets are built beside it and only what it lacks is added, each
+        # file renamed into place whole; nothing it has is deleted or rewritten. Before, the
+        # directory was removed and rebuilt, and the other call's runs failed with "not built".
+        staging = Path(tempfile.mkdtemp(prefix=f".rev-{sha[:12]}-", dir=build_dir.parent))
+        try:
+            _make(sha, staging, root, jobs, targets, build_dir / f"{stamp.name}.log")
+            _add_missing(staging, build_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    else:
+        if build_dir.exists():  # leftovers of a failed or interrupted build
+            shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
+        _make(sha, build_dir, root, jobs, targets, build_dir / LOG)
+    stamp.write_text(sha + "\n")
+
+
+def _add_missing(source: Path, dest: Path) -> None:
+    """Every file under ``source`` that ``dest`` lacks, copied there (through a temporary name
+    and a rename, so a reader never sees half a file)."""
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir() or target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        shutil.copy2(path, partial)
+        os.replace(partial, target)
+
+
+def _make(
+    sha: str,
+    build_dir: Path,
+    root: Path,
+    jobs: int,
+    targets: tuple[str, ...] | None,
+    log_path: Path,
+) -> None:
+    """``make`` of ``targets`` (None: ``build``) at ``sha`` into ``build_dir``, in a throwaway
+    worktree; MeasurementError when it fails (its log kept at ``log_path``)."""
     goals = ["build"] if targets is None else [str(build_dir / t) for t in targets]
-    log_path = build_dir / LOG
     worktree = Path(tempfile.mkdtemp(prefix=f"hakbench-rev-{sha[:12]}-"))
     try:
         r = _git(["worktree", "add", "--detach", str(worktree), sha], root)
@@ -175,7 +220,6 @@ def _build(
                 f"build at {sha[:12]} failed (exit {made.returncode}); log {log_path}: "
                 + " | ".join(tail)
             )
-        (build_dir / (STAMP if targets is None else partial_stamp(targets))).write_text(sha + "\n")
     finally:
         _git(["worktree", "remove", "--force", str(worktree)], root)
         shutil.rmtree(worktree, ignore_errors=True)
