@@ -25,10 +25,10 @@
 // Locks: a shard's lock guards its part of the table, and no code holds two shards' locks at
 // once (fork's prepare aside, which takes them all in order). The arena's region lock is taken
 // before a shard's when both are held (the lean policy's tail purge below). Before, one lock
-// guarded the table and the cache together, and every large malloc and free took it: two
-// threads freeing and allocating blocks of 256 KiB-1 MiB found it held at three takes in four
-// (docs/notebook/2026-12-03.md, "The large lock under two threads, counted"; as threads are
-// added now: docs/notebook/2026-12-07-large-locks.md).
+// guarded the table and the cache together, and every large malloc and free took it, so threads
+// that freed and allocated large blocks queued on it (measured: docs/notebook/2026-12-03.md,
+// "The large lock under two threads, counted"; as threads are added now:
+// docs/notebook/2026-12-07-large-locks.md).
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
