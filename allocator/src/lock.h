@@ -11,7 +11,7 @@
 // acquisitions spin briefly before they sleep, as glibc's adaptive mutex did here before: the
 // locks are held for a few instructions, and with a plain mutex threads that allocate and free
 // large blocks (bench_churn's 4 threads on 2 cores) made many times the futex calls on the
-// large lock (docs/allocator.md, "Global locks"; measured:
+// large lock (docs/allocator.md, "Locks"; measured:
 // docs/notebook/2026-11-26-allocator-measurements.md, "Thread exit, fork, process start").
 #ifndef HAK_LOCK_H
 #define HAK_LOCK_H
