@@ -2,11 +2,12 @@
 --slurm): a one-node cluster of Debian's munge and slurm-wlm (scripts/slurm/cluster.sh)
 runs the recipe of docs/hakbench-internals.md, scripts/slurm/shard.sbatch as an array job
 and merge.sbatch after it, and the merged run must be the run one machine makes: the same
-cells and columns, equal instruction counts, each timing exactly as its shard measured it,
-one machine."""
+cells and columns, equal instruction counts (to the lean policy's clock-driven purges), each
+timing exactly as its shard measured it, one machine."""
 
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -137,8 +138,13 @@ def test_array_job_of_shards_merges_into_the_unsharded_run(cluster, tmp_path):
         other = whole_rows[key]
         for col in ("status", "n", "n_failed", "reference", "n_pairs"):
             assert row[col] == other[col], (key, col)
-        if key[1] == "ir_per_op":  # exact counts: equal
-            assert (row["median"], row["ratio"]) == (other["median"], other["ratio"]), key
+        if key[1] == "ir_per_op":
+            # Counts: equal but for the lean policy's clock. BALANCED's idle-purge pass runs when
+            # 10 ms have passed (purge.c), so under callgrind's slow clock an identical run may
+            # make one pass more or less: ~400 instructions of mixed_short's 2 M, 0.02 Ir/op
+            # (docs/notebook/2026-12-07-large-locks.md). A wrong merge moves far more.
+            for col in ("median", "ratio"):
+                assert math.isclose(float(row[col]), float(other[col]), rel_tol=1e-3), (key, col)
         elif row["median"] and other["ci_low"] and other["ci_high"]:
             # timings: the merged median inside the unsharded run's 95 % interval widened by
             # this VM's between-run swing (the same command moves 20-35 % between runs taken

@@ -16,9 +16,11 @@ stored. The harness's result printer (``hb_print_result``) is left out of the
 callgrind count: it formats timings whose digits, and so instructions, vary run to run.
 
 Exact means exact for a single-threaded workload under a deterministic allocator (glibc,
-mimalloc, libhakmem here: A/A = 1.0). Where threads interleave (mid_large_mt, xthread) the
-count depends on the interleaving; jemalloc purges on a timer (~0.02 % between identical
-runs); ``perf stat`` counts vary slightly with interrupts and skid.
+mimalloc, libhakmem's speed-first profiles here: A/A = 1.0). Where threads interleave
+(mid_large_mt, xthread) the count depends on the interleaving; jemalloc purges on a timer, and
+libhakmem's lean policy (BALANCED) makes an idle-purge pass when 10 ms have passed, so identical
+runs differ by ~0.02 % now and then (one pass more or less); ``perf stat`` counts vary
+slightly with interrupts and skid.
 
 Blind spots (say them next to every number, see ``BLIND_SPOTS``): instructions are not time
 (cache misses, branch mispredicts and lock contention cost cycles, not instructions); the
