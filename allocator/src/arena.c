@@ -336,6 +336,7 @@ static size_t region_size[HAK_LARGE_CACHE_COUNT];
 static uint32_t region_map[HAK_LARGE_CACHE_COUNT]; // the mapping each lies in (hak_region.map_id)
 static uint64_t region_due[HAK_LARGE_CACHE_COUNT]; // when region[i] is purged (0: purged already)
 static unsigned region_count;
+static _Atomic unsigned region_count_hint; // region_count, for a look without the lock
 static size_t region_bytes;
 static _Atomic uint64_t region_next_due; // the earliest region_due or tail_due (0: none)
 // Lean policy: live blocks that took a cached region whole, whose rest beyond the block (written
@@ -383,6 +384,7 @@ static void region_add(uintptr_t block, size_t size, uint32_t map_id, uint64_t d
     region_due[region_count] = due;
     region_map[region_count] = map_id;
     region_size[region_count++] = size;
+    atomic_store_explicit(&region_count_hint, region_count, memory_order_relaxed);
     region_bytes += size;
     note_due(due);
 }
@@ -393,6 +395,7 @@ static hak_region region_remove(unsigned i, uint64_t *due) {
     *due = region_due[i];
     region_bytes -= region_size[i];
     region_count--;
+    atomic_store_explicit(&region_count_hint, region_count, memory_order_relaxed);
     region[i] = region[region_count];
     region_size[i] = region_size[region_count];
     region_map[i] = region_map[region_count];
@@ -459,7 +462,8 @@ static void schedule_tail_purge(uintptr_t block, uint64_t due) {
 }
 
 int hak_arena_region_take(size_t need, size_t alignment, hak_region *r) {
-    if (!atomic_load_explicit(&region_next_due, memory_order_relaxed) && !region_count)
+    if (!atomic_load_explicit(&region_count_hint, memory_order_relaxed) &&
+        !atomic_load_explicit(&region_next_due, memory_order_relaxed))
         return 0; // (a stale 0 costs a mapping)
     hak_lock_acquire(&region_lock);
     purge_due_locked(); // (a region whose delay ran out is purged before it is reused, too)
@@ -511,7 +515,7 @@ int hak_arena_region_take(size_t need, size_t alignment, hak_region *r) {
 // move with it, only the rest is faulted in (a loop over blocks of 1-32 MiB otherwise faults in
 // every block whole).
 int hak_arena_region_take_smaller(size_t need, hak_region *r) {
-    if (!region_count) return 0; // (a hint)
+    if (!atomic_load_explicit(&region_count_hint, memory_order_relaxed)) return 0; // (a hint)
     hak_lock_acquire(&region_lock);
     unsigned best = HAK_LARGE_CACHE_COUNT;
     for (unsigned i = 0; i < region_count; i++)
