@@ -270,18 +270,23 @@ static size_t quarantine_release(void) {
 }
 #endif
 
-// A block in region r: its entry added, counted.
+// A block of `need` bytes handed out in a region used before: counted, and for calloc zeroed
+// over the whole usable size, which malloc_usable_size reports and the program may use (the
+// region's last user wrote it up to its own usable size).
+static void *reused(uintptr_t block, size_t need, int zero) {
+    hak_stat_add(large, alloc, 1);
+    hak_stat_add(large, live_kb, need / 1024);
+    if (zero) memset((void *)block, 0, need);
+    return (void *)block;
+}
+
+// A block in region r from the arena's cache: its entry added.
 static void *new_block(hak_region r, size_t need, int zero) {
     if (!insert((hak_large){r.block, r.size, need, 0, r.map_id})) {
         hak_arena_region_put(r, 0); // (out of memory for the table: the region stays cached)
         return NULL;
     }
-    hak_stat_add(large, alloc, 1);
-    hak_stat_add(large, live_kb, need / 1024);
-    // calloc: the whole usable size, which malloc_usable_size reports and the program may use
-    // (the region's last user wrote it up to its own usable size).
-    if (zero) memset((void *)r.block, 0, need);
-    return (void *)r.block;
+    return reused(r.block, need, zero);
 }
 
 // A large block from the arena's cache, a span or a mapping of its own (the heap's own regions,
@@ -405,10 +410,7 @@ void *hak_large_reuse(uintptr_t block, size_t need, int zero) {
     e->freed = 0;
     e->usable = need;
     hak_lock_release(&s->lock);
-    hak_stat_add(large, alloc, 1);
-    hak_stat_add(large, live_kb, need / 1024);
-    if (zero) memset((void *)block, 0, need); // (see new_block)
-    return (void *)block;
+    return reused(block, need, zero);
 }
 
 // The lean policy's tail of `block` (arena.c: schedule_tail_purge), due: what lies beyond its

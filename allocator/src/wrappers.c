@@ -554,8 +554,10 @@ HAK_EXPORT int hak_malloc_trim(size_t pad) {
     hak_process_init();
     hak_heap *heap = hak_tls_heap;
     if (heap == &hak_heap_empty) heap = NULL;
-    if (heap) hak_heap_large_flush(heap); // (other threads' regions are theirs: a few each)
-    if (heap) hak_heap_trim_spare(heap);
+    if (heap) {
+        hak_heap_large_flush(heap); // (other threads' regions are theirs: a few each)
+        hak_heap_trim_spare(heap);
+    }
     size_t dropped = hak_purge_trim(heap);
     return dropped != 0;
 }
