@@ -287,11 +287,12 @@ void hak_page_verify_empty(const hak_page *page) {
 // A free from a thread that does not own the page: `first`..`last`, a chain of this page's
 // blocks (last->next is overwritten), goes onto xthread_free with one CAS. If the owner parked
 // the page on its full list (HAK_XT_FULL), nobody would look at that list, so the first remote
-// freer instead swaps FULL for NOTIFYING, pushes its chain onto the owner heap's delayed_free
-// list, and clears NOTIFYING. The owner frees delayed blocks at its next refill, which moves
-// the page back to its queue. The chain keeps the page in use until then, so the page cannot
-// be recycled under the notifier; an exiting owner clears FULL and waits out NOTIFYING before
-// it drains delayed_free, so no chain is ever pushed to a heap that has left.
+// freer instead swaps FULL for NOTIFYING, pushes the chain's first block onto the owner heap's
+// delayed_free list, and pushes the rest onto xthread_free as it clears NOTIFYING. The owner frees
+// delayed blocks at its next refill, which moves the page back to its queue. The chain keeps the
+// page in use until then, so the page cannot be recycled under the notifier; an exiting owner
+// clears FULL and waits out NOTIFYING before it drains delayed_free, so no chain is ever pushed to
+// a heap that has left.
 void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
     uintptr_t old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
     for (;;) {
@@ -303,14 +304,28 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
             hak_heap *owner =
                 atomic_load_explicit(&hak_superslab_of_page(page)->owner, memory_order_acquire);
             if (owner) {
+                // Only the chain's first block tells the owner; the rest goes onto
+                // xthread_free, which the owner takes in one exchange once the page is back in
+                // its queue (each delayed block costs a lookup and a free of its own).
+                hak_block *rest = first == last ? NULL : hak_link(first);
                 hak_block *head = atomic_load_explicit(&owner->delayed_free, memory_order_relaxed);
                 do {
-                    hak_link_set(last, head);
+                    hak_link_set(first, head);
                 } while (!atomic_compare_exchange_weak_explicit(&owner->delayed_free, &head, first,
                                                                 memory_order_release,
                                                                 memory_order_relaxed));
-                atomic_fetch_and_explicit(&page->xthread_free, ~HAK_XT_NOTIFYING,
-                                          memory_order_release);
+                if (!rest) {
+                    atomic_fetch_and_explicit(&page->xthread_free, ~HAK_XT_NOTIFYING,
+                                              memory_order_release);
+                    return;
+                }
+                // The owner cannot set FULL meanwhile: NOTIFYING keeps xthread_free non-zero.
+                old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
+                do {
+                    hak_link_set(last, (hak_block *)(old & ~HAK_XT_FLAGS));
+                } while (!atomic_compare_exchange_weak_explicit(
+                    &page->xthread_free, &old, (uintptr_t)rest | (old & HAK_XT_FULL),
+                    memory_order_release, memory_order_relaxed));
                 return;
             }
             old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
