@@ -315,8 +315,9 @@ static inline void check_emptied(const hak_page *page, hak_block *block) {
         hak_fatal_pointer("free", "invalid pointer", block);
 }
 
-// Small pages (a bare free(malloc(64)) loop lands here at every free: nothing more than this).
-void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
+// What hak_heap_free_emptied (heap.h) does not finish inline: a small page that is not its
+// class's current one, or a bad free (reported).
+void hak_heap_free_emptied_slow(hak_heap *heap, hak_page *page, hak_block *block) {
     check_emptied(page, block);
     if (page != heap->direct[page->class_idx]) free_emptied_other(heap, page);
 }
