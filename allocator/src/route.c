@@ -69,8 +69,10 @@ const hak_front *hak_route_for_class(unsigned cls) {
 
 // Page geometry and the largest small size, from the routes (process init, after the
 // options). Classes above 32 KiB exist only on SmallObject v3, whose pages grow with the
-// class so that each holds at least 7 blocks: 64 KiB pages up to 8 KiB, 512 KiB pages up to
-// 64 KiB, one 2 MiB page above. The other fronts keep 64 KiB pages (up to 32 KiB).
+// class: 64 KiB pages up to 8 KiB (at least 8 blocks), 512 KiB pages up to 32 KiB (at least
+// 16), one 2 MiB page above (at least 8; 32-51 up to 64 KiB, whose 512 KiB pages held 8-12
+// and ran dry every few mallocs: docs/notebook/2026-12-07-remote-frees.md). The other fronts
+// keep 64 KiB pages (up to 32 KiB).
 void hak_route_init(void) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
         route_of[c] = (uint8_t)decide_route(c);
@@ -79,7 +81,7 @@ void hak_route_init(void) {
         uint32_t size = hak_class_block_size[c];
         int v3 = hak_route_for_class(c)->sized_pages;
         hak_class_kind[c] = !v3 || size <= 8192 ? HAK_KIND_SMALL
-                            : size <= 65536     ? HAK_KIND_MEDIUM
+                            : size <= 32768     ? HAK_KIND_MEDIUM
                                                 : HAK_KIND_BIG;
         served = served && (v3 || size <= HAK_MID_MAX);
         if (served) hak_small_max = size;
