@@ -69,10 +69,11 @@ const hak_front *hak_route_for_class(unsigned cls) {
 
 // Page geometry and the largest small size, from the routes (process init, after the
 // options). Classes above 32 KiB exist only on SmallObject v3, whose pages grow with the
-// class: 64 KiB pages up to 8 KiB (at least 8 blocks), 512 KiB pages up to 32 KiB (at least
-// 16), one 2 MiB page above (at least 8; 32-51 up to 64 KiB, whose 512 KiB pages held 8-12
-// and ran dry every few mallocs: docs/notebook/2026-12-07-remote-frees.md). The other fronts
-// keep 64 KiB pages (up to 32 KiB).
+// class so that each holds at least 7 blocks (page 0 gives 4 KiB to the header): 64 KiB pages
+// up to 8 KiB, 512 KiB pages up to 32 KiB, one 2 MiB page above (31-51 blocks up to 64 KiB,
+// whose 512 KiB pages held 7-12 and ran dry every few mallocs under random sizes:
+// docs/notebook/2026-12-07-remote-frees.md). The other fronts keep 64 KiB pages (up to
+// 32 KiB).
 void hak_route_init(void) {
     for (unsigned c = 0; c < HAK_CLASS_COUNT; c++)
         route_of[c] = (uint8_t)decide_route(c);
