@@ -305,8 +305,8 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
                 atomic_load_explicit(&hak_superslab_of_page(page)->owner, memory_order_acquire);
             if (owner) {
                 // Only the chain's first block tells the owner; the rest goes onto
-                // xthread_free, which the owner takes in one exchange once the page is back in
-                // its queue (each delayed block costs a lookup and a free of its own).
+                // xthread_free below, which the owner takes in one exchange once the page is
+                // back in its queue (each delayed block costs a lookup and a free of its own).
                 hak_block *rest = first == last ? NULL : hak_link(first);
                 hak_block *head = atomic_load_explicit(&owner->delayed_free, memory_order_relaxed);
                 do {
@@ -319,15 +319,10 @@ void hak_page_free_remote(hak_page *page, hak_block *first, hak_block *last) {
                                               memory_order_release);
                     return;
                 }
-                // The owner cannot set FULL meanwhile: NOTIFYING keeps xthread_free non-zero.
-                old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
-                do {
-                    hak_link_set(last, (hak_block *)(old & ~HAK_XT_FLAGS));
-                } while (!atomic_compare_exchange_weak_explicit(
-                    &page->xthread_free, &old, (uintptr_t)rest | (old & HAK_XT_FULL),
-                    memory_order_release, memory_order_relaxed));
-                return;
+                first = rest;
             }
+            // The chain (or its rest) onto xthread_free, NOTIFYING cleared with it. The owner
+            // cannot set FULL meanwhile: NOTIFYING keeps xthread_free non-zero.
             old = atomic_load_explicit(&page->xthread_free, memory_order_relaxed);
             do {
                 hak_link_set(last, (hak_block *)(old & ~HAK_XT_FLAGS));
