@@ -189,28 +189,21 @@ static inline int in_header(uintptr_t a) {
     return (a & HAK_SS_MASK) < HAK_SS_HEADER_SIZE;
 }
 
-// free() of a pointer whose registry byte is not HAK_REG_SMALL: the fast path of the medium
-// and big pages (512 KiB: descriptor index = address bits 19-20; 2 MiB: one page), else the
-// slow path. Out of line, so that small pages keep their one compare against memory.
+// free() of a pointer on a medium or big page (512 KiB: descriptor index = address bits 19-20;
+// 2 MiB: one page, descriptor 0), which registry byte `kind` (HAK_REG_MEDIUM or HAK_REG_BIG,
+// adjacent values) says. One path for both with no branch on which: a program whose sizes
+// straddle 32 KiB (random sizes up to 64 KiB) mispredicted a branch on the kind at every
+// other free (docs/notebook/2026-12-07-branches.md).
 #if HAK_FREE_FAST_PATH
 // (Arguments in the registers the fast path has them in: p, page, heap.)
 static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uintptr_t slot_mask);
 
-static HAK_NOINLINE void free_other(void *p) {
+static inline __attribute__((always_inline)) void free_wide_page(void *p, unsigned kind) {
     uintptr_t a = (uintptr_t)p;
-    unsigned kind = hak_registry_get(a);
-    char *ss = (char *)hak_superslab_of(a);
-    hak_page *page;
-    if (kind == HAK_REG_MEDIUM)
-        page = (hak_page *)(ss + ((a >> 13) & 0xc0));
-    else if (kind == HAK_REG_BIG)
-        page = (hak_page *)ss;
-    else {
-        hak_free_slow(p); // large block, NULL or a foreign pointer
-        return;
-    }
+    uintptr_t big = kind - HAK_REG_MEDIUM; // 0 medium, 1 big
+    hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0 & (big - 1)));
     if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
-    free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
+    free_miss(p, page, hak_tls_heap, (HAK_SS_SIZE / 4 - 1) | (HAK_SS_MASK & -big));
 }
 
 // A free into a small page (64 KiB): the descriptor index is address bits 16-20.
@@ -238,21 +231,18 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
             free_small_page(p);
             return;
         }
-        // Medium pages inline as well (the mid sizes of SmallObject v3); the byte is read again
-        // after a compiler barrier, so that the small-page test above stays one compare against
-        // memory instead of a load into a register shared with this one.
+        // Medium and big pages inline as well (the mid sizes of SmallObject v3); the byte is read
+        // again after a compiler barrier, so that the small-page test above stays one compare
+        // against memory instead of a load into a register shared with this one.
         __asm__ volatile("" ::: "memory");
-        if (HAK_REGISTRY_PEEK(chunk) == HAK_REG_MEDIUM) {
-            hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0));
-            if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
-            free_miss(p, page, hak_tls_heap, HAK_SS_SIZE / 4 - 1);
+        unsigned kind = HAK_REGISTRY_PEEK(chunk);
+        if (HAK_LIKELY(kind - HAK_REG_MEDIUM <= HAK_REG_BIG - HAK_REG_MEDIUM)) {
+            free_wide_page(p, kind);
             return;
         }
-        free_other(p); // big pages, large blocks, foreign pointers
-        return;
     }
 #endif
-    hak_free_slow(p);
+    hak_free_slow(p); // large blocks, NULL and foreign pointers
 }
 
 // Allocates from size class `cls` on `heap` (an initialised heap).
