@@ -376,16 +376,25 @@ extern __thread hak_heap *hak_tls_heap __attribute__((tls_model("initial-exec"))
 // from a foreign pointer before it reads any header. A byte rather than a bit: the test is one
 // load and compare on the free fast path, which follows HAK_REG_SMALL only.
 #define HAK_REGISTRY_SIZE (HAK_ADDRESS_LIMIT >> HAK_SS_SHIFT)
-// HAK_REG_MEDIUM and HAK_REG_BIG mark superslabs of 512 KiB and 2 MiB pages (the free fast
-// path takes the descriptor index from a different shift for them).
+// HAK_REG_MEDIUM and HAK_REG_BIG mark superslabs of 512 KiB and 2 MiB pages, the only bytes
+// from HAK_REG_WIDE up. The free fast path takes both without a branch on which: a block's page
+// descriptor is at (address >> 13) & byte & HAK_REG_WIDE_INDEX from its superslab (the medium
+// byte keeps address bits 19-20, the page index times the descriptor's 64 bytes; the big byte
+// keeps none: one page).
+#define HAK_REG_WIDE_INDEX 0xc0u
 enum {
     HAK_REG_NONE = 0,
     HAK_REG_SMALL = 1,
     HAK_REG_LARGE = 2,
-    HAK_REG_MEDIUM = 3,
-    HAK_REG_BIG = 4,
-    HAK_REG_ZERO = 5 // the secure build's zero-size blocks (zero.c)
+    HAK_REG_ZERO = 3, // the secure build's zero-size blocks (zero.c)
+    HAK_REG_WIDE = 4,
+    HAK_REG_BIG = HAK_REG_WIDE,
+    HAK_REG_MEDIUM = HAK_REG_WIDE_INDEX
 };
+_Static_assert((HAK_REG_BIG & HAK_REG_WIDE_INDEX) == 0 &&
+                   (HAK_REG_MEDIUM & HAK_REG_WIDE_INDEX) == HAK_REG_WIDE_INDEX &&
+                   HAK_REG_MEDIUM >= HAK_REG_WIDE,
+               "the registry bytes of medium and big superslabs");
 extern _Atomic uint8_t hak_registry[HAK_REGISTRY_SIZE];
 
 static inline unsigned hak_registry_get(uintptr_t p) {

@@ -190,20 +190,20 @@ static inline int in_header(uintptr_t a) {
 }
 
 // free() of a pointer on a medium or big page (512 KiB: descriptor index = address bits 19-20;
-// 2 MiB: one page, descriptor 0), which registry byte `kind` (HAK_REG_MEDIUM or HAK_REG_BIG,
-// adjacent values) says. One path for both with no branch on which: a program whose sizes
-// straddle 32 KiB (random sizes up to 64 KiB) mispredicted a branch on the kind at every
-// other free (docs/notebook/2026-12-07-branches.md).
+// 2 MiB: one page, descriptor 0), which registry byte `kind` says. One path for both, the
+// descriptor's offset masked by the byte itself (types.h, HAK_REG_WIDE_INDEX) rather than
+// chosen by a branch: a program whose sizes straddle 32 KiB (random sizes up to 64 KiB)
+// mispredicted a branch on the kind at every other free (docs/notebook/2026-12-07-branches.md).
 #if HAK_FREE_FAST_PATH
 // (Arguments in the registers the fast path has them in: p, page, heap.)
 static HAK_NOINLINE void free_miss(void *p, hak_page *page, hak_heap *heap, uintptr_t slot_mask);
 
 static inline __attribute__((always_inline)) void free_wide_page(void *p, unsigned kind) {
     uintptr_t a = (uintptr_t)p;
-    uintptr_t big = kind - HAK_REG_MEDIUM; // 0 medium, 1 big
-    hak_page *page = (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & 0xc0 & (big - 1)));
+    hak_page *page =
+        (hak_page *)((char *)hak_superslab_of(a) + ((a >> 13) & kind & HAK_REG_WIDE_INDEX));
     if (HAK_LIKELY(!in_header(a) && free_fast(page, p, 1))) return;
-    free_miss(p, page, hak_tls_heap, (HAK_SS_SIZE / 4 - 1) | (HAK_SS_MASK & -big));
+    free_miss(p, page, hak_tls_heap, kind == HAK_REG_MEDIUM ? HAK_SS_SIZE / 4 - 1 : HAK_SS_MASK);
 }
 
 // A free into a small page (64 KiB): the descriptor index is address bits 16-20.
@@ -236,7 +236,7 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
         // against memory instead of a load into a register shared with this one.
         __asm__ volatile("" ::: "memory");
         unsigned kind = HAK_REGISTRY_PEEK(chunk);
-        if (HAK_LIKELY(kind - HAK_REG_MEDIUM <= HAK_REG_BIG - HAK_REG_MEDIUM)) {
+        if (HAK_LIKELY(kind >= HAK_REG_WIDE)) {
             free_wide_page(p, kind);
             return;
         }
