@@ -103,10 +103,21 @@ static void full_remove(hak_heap *heap, hak_page *page) {
     // (see hak_heap_free_delayed).
 }
 
+// A full page that got a block back. If other threads freed into it (its xthread_free holds a
+// chain: the delayed free of a remote free's first block brought it here), it goes to the
+// front of its queue, so that the next refill collects those blocks while the freeing thread's
+// cache still has them; behind it the queue keeps the pages whose remote frees are older and
+// colder. (Back of the queue: xmalloc-test, two threads allocating and two freeing 64-byte
+// blocks, collected from the coldest page first, walking its chain a cache miss a link:
+// docs/notebook/2026-12-07-branches.md.) A page that got only this owner free goes to the
+// back, where more of its blocks can come back before a refill takes it.
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page) {
     full_remove(heap, page);
     hak_page_set_local_owner(page, heap);
-    queue_push_back(&heap->queue[page->class_idx], page);
+    if (atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS)
+        queue_push_front(&heap->queue[page->class_idx], page);
+    else
+        queue_push_back(&heap->queue[page->class_idx], page);
     if (heap->direct[page->class_idx] == &hak_page_empty) set_direct(heap, page->class_idx);
 }
 
