@@ -4,7 +4,10 @@
  * free. --pairs producers each allocate --batches batches of --batch-size small blocks and
  * push every full batch on one shared queue (bounded by --queue batches); --pairs
  * consumers pop whichever batch is next and free its blocks. Every free is remote, and a
- * consumer frees blocks of any producer.
+ * consumer frees blocks of any producer. With --stack 1 the consumers take the newest batch
+ * (mimalloc-bench's xmalloc-test keeps its batches on a stack): its blocks were just written
+ * by the producer and are freed while still in cache, and the oldest batches wait at the
+ * bottom; with --stack 0 (the default) the oldest, as a FIFO queue.
  *
  * The checksum: each producer hashes its own sizes; each consumer adds, for every batch it
  * frees, a hash of the batch's origin and the sizes it found, so the total does not depend
@@ -24,6 +27,7 @@ static const char usage[] =
     "  --batches N     batches per producer (default 60000; 0 measures start-up only)\n"
     "  --batch-size N  blocks per batch (default 100)\n"
     "  --queue N       batches the queue holds before producers wait (default 64)\n"
+    "  --stack 0|1     1: consumers take the newest batch (a stack); 0: the oldest (default)\n"
     "  --min/--max B   block sizes, uniform in [min,max] (default 8..64; min >= 8)\n"
     "  --seed N        PRNG seed (default 1)\n";
 
@@ -38,6 +42,7 @@ typedef struct {
     batch **ring;
     uint64_t capacity, head, count;
     uint64_t producers_left;
+    bool stack; /* pop the newest batch, not the oldest */
 } batch_queue;
 
 typedef struct {
@@ -65,7 +70,11 @@ static batch *pop_batch(batch_queue *q) {
     while (q->count == 0 && q->producers_left > 0)
         pthread_cond_wait(&q->not_empty, &q->lock);
     batch *b = NULL;
-    if (q->count > 0) {
+    if (q->count > 0 && q->stack) {
+        b = q->ring[(q->head + q->count - 1) % q->capacity];
+        q->count--;
+        pthread_cond_signal(&q->not_full);
+    } else if (q->count > 0) {
         b = q->ring[q->head];
         q->head = (q->head + 1) % q->capacity;
         q->count--;
@@ -135,7 +144,7 @@ static void *run_consumer(void *arg) {
 int main(int argc, char **argv) {
     hb_init("bench_xmalloc", usage);
     uint64_t pairs = 2, batches = 60000, batch_size = 100, queue_batches = 64, min_size = 8;
-    uint64_t max_size = 64, seed = 1;
+    uint64_t max_size = 64, seed = 1, stack = 0;
     hb_option opts[] = {
         {"--pairs", HB_OPT_U64, &pairs, false, false},
         {"--batches", HB_OPT_U64, &batches, false, false},
@@ -144,12 +153,14 @@ int main(int argc, char **argv) {
         {"--min", HB_OPT_U64, &min_size, false, false},
         {"--max", HB_OPT_U64, &max_size, false, false},
         {"--seed", HB_OPT_U64, &seed, false, false},
+        {"--stack", HB_OPT_U64, &stack, false, false},
     };
     hb_parse_flags(argc, argv, opts, sizeof opts / sizeof opts[0]);
     hb_check_range("--pairs", pairs, 1, 256);
     hb_check_range("--batches", batches, 0, 1ull << 32);
     hb_check_range("--batch-size", batch_size, 1, 1u << 20);
     hb_check_range("--queue", queue_batches, 1, 1u << 20);
+    hb_check_range("--stack", stack, 0, 1);
     hb_check_size_range(min_size, max_size);
     hb_check_range("--min", min_size, HB_SIZED_MIN, HB_MAX_BLOCK_SIZE);
 
@@ -158,7 +169,8 @@ int main(int argc, char **argv) {
                          .not_empty = PTHREAD_COND_INITIALIZER,
                          .ring = calloc(queue_batches, sizeof(batch *)),
                          .capacity = queue_batches,
-                         .producers_left = pairs};
+                         .producers_left = pairs,
+                         .stack = stack != 0};
     worker *workers = calloc(2 * pairs, sizeof *workers);
     pthread_barrier_t start_line;
     if (!queue.ring || !workers ||
@@ -196,8 +208,9 @@ int main(int argc, char **argv) {
     hb_print_result_and_rss_end(2 * blocks, timed.end - timed.start,
                                 hb_checksum_finish(checksum_sum));
     printf("pairs=%" PRIu64 "\nthreads=%" PRIu64 "\nbatches=%" PRIu64 "\nbatch_size=%" PRIu64
-           "\nqueue=%" PRIu64 "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64 "\n",
-           pairs, 2 * pairs, batches, batch_size, queue_batches, min_size, max_size, seed);
+           "\nqueue=%" PRIu64 "\nmin=%" PRIu64 "\nmax=%" PRIu64 "\nseed=%" PRIu64 "\nstack=%" PRIu64
+           "\n",
+           pairs, 2 * pairs, batches, batch_size, queue_batches, min_size, max_size, seed, stack);
     hb_flush_stdout();
     return 0;
 }

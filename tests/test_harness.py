@@ -75,7 +75,7 @@ WORKLOADS = {
     "bench_xmalloc": (
         ["--pairs", "2", "--batches", "300", "--batch-size", "50", "--queue", "4"],
         2 * 2 * 300 * 50,
-        STRESS_KEYS | {"pairs", "threads", "batches", "batch_size", "queue"},
+        STRESS_KEYS | {"pairs", "threads", "batches", "batch_size", "queue", "stack"},
     ),
     "bench_cache_scratch": (
         ["--mode", "scratch", "--threads", "2", "--iters", "200", "--writes", "1000"],
@@ -372,6 +372,7 @@ BAD_ARGUMENTS = [
     ("bench_larson", ["--slots", "0"]),
     ("bench_larson", ["--threads", "abc"]),
     ("bench_xmalloc", ["--batch-size", "0"]),
+    ("bench_xmalloc", ["--stack", "2"]),
     ("bench_xmalloc", ["--pairs", "1", "--threads", "2"]),
     ("bench_cache_scratch", ["--iters", "10"]),
     ("bench_cache_scratch", ["--mode", "bogus"]),

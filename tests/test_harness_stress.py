@@ -48,6 +48,8 @@ def kib(values, key):
         ("bench_larson", ["--threads", "4", "--generations", "3", "--steps", "3000"]),
         # a one-batch queue: which consumer takes which batch changes from run to run
         ("bench_xmalloc", ["--pairs", "3", "--batches", "200", "--queue", "1"]),
+        # a stack of batches: which batch a consumer takes depends on what was pushed last
+        ("bench_xmalloc", ["--pairs", "3", "--batches", "200", "--queue", "8", "--stack", "1"]),
         ("bench_prodcons_mem", ["--pairs", "3", "--count", "2000", "--quiet-ms", "0"]),
         ("bench_cache_scratch", ["--mode", "thrash", "--threads", "4", "--iters", "100"]),
         ("bench_larson_cxx", ["--threads", "4", "--generations", "3", "--steps", "3000"]),
@@ -61,6 +63,15 @@ def kib(values, key):
 def test_threaded_checksums_do_not_depend_on_scheduling(bench_dir, program, args):
     checksums = {result_of(bench_dir, program, args)["checksum"] for _ in range(3)}
     assert len(checksums) == 1
+
+
+def test_xmalloc_stack_changes_the_order_not_the_blocks(bench_dir):
+    """--stack 1 (xmalloc-test's stack of batches) frees the same blocks as the FIFO queue."""
+    args = ["--pairs", "2", "--batches", "100", "--batch-size", "64", "--queue", "8"]
+    fifo = result_of(bench_dir, "bench_xmalloc", [*args, "--stack", "0"])
+    stack = result_of(bench_dir, "bench_xmalloc", [*args, "--stack", "1"])
+    assert (fifo["stack"], stack["stack"]) == ("0", "1")
+    assert fifo["checksum"] == stack["checksum"]
 
 
 def test_larson_checksum_covers_every_generation(bench_dir):
