@@ -70,13 +70,9 @@ static batch *pop_batch(batch_queue *q) {
     while (q->count == 0 && q->producers_left > 0)
         pthread_cond_wait(&q->not_empty, &q->lock);
     batch *b = NULL;
-    if (q->count > 0 && q->stack) {
-        b = q->ring[(q->head + q->count - 1) % q->capacity];
-        q->count--;
-        pthread_cond_signal(&q->not_full);
-    } else if (q->count > 0) {
-        b = q->ring[q->head];
-        q->head = (q->head + 1) % q->capacity;
+    if (q->count > 0) {
+        b = q->ring[(q->stack ? q->head + q->count - 1 : q->head) % q->capacity];
+        if (!q->stack) q->head = (q->head + 1) % q->capacity;
         q->count--;
         pthread_cond_signal(&q->not_full);
     }
