@@ -224,10 +224,7 @@ void hak_heap_free_local(hak_heap *heap, hak_page *page, hak_block *block) {
     hak_link_set(block, page->local_free);
     page->local_free = block;
     if (--page->used <= 0) {
-        if (hak_class_kind[page->class_idx] == HAK_KIND_SMALL)
-            hak_heap_free_emptied(heap, page, block);
-        else
-            hak_heap_free_emptied_lifo(heap, page, block);
+        hak_heap_free_emptied_slow(heap, page, block);
     }
     hak_heap_leave(heap);
 }
@@ -270,7 +267,7 @@ static HAK_NOINLINE void free_emptied_other(hak_heap *heap, hak_page *page) {
     hak_heap_leave(heap);
 }
 
-// The current page of a medium or big class emptied. A free there makes its page the class's
+// The current page of a class emptied. A free there makes its page the class's
 // current one (wrappers.c), so frees in allocation order empty every page while it is current,
 // and the page then stays in the queue when the next free makes another current: a thread that
 // freed 100 MiB of 1-16 KiB blocks that way kept nearly all its medium pages in use with no
@@ -326,15 +323,11 @@ static inline void check_emptied(const hak_page *page, hak_block *block) {
         hak_fatal_pointer("free", "invalid pointer", block);
 }
 
-// What hak_heap_free_emptied (heap.h) does not finish inline: a small page that is not its
-// class's current one, or a bad free (reported).
+// What hak_heap_free_emptied (heap.h) does not finish inline, and every medium and big page's
+// last free: a page that is not its class's current one goes (hak_heap_page_emptied), the
+// current one stays unless others of its class wait empty (current_emptied); a bad free is
+// reported.
 void hak_heap_free_emptied_slow(hak_heap *heap, hak_page *page, hak_block *block) {
-    check_emptied(page, block);
-    if (page != heap->direct[page->class_idx]) free_emptied_other(heap, page);
-}
-
-// Medium and big pages, whose owner frees make their page current.
-void hak_heap_free_emptied_lifo(hak_heap *heap, hak_page *page, hak_block *block) {
     check_emptied(page, block);
     if (page != heap->direct[page->class_idx])
         free_emptied_other(heap, page);

@@ -37,11 +37,10 @@ void hak_heap_page_emptied(hak_heap *heap, hak_page *page);
 // An owner free that missed the fast path: the page is on the full list (or the debug build
 // checks every free here).
 void hak_heap_free_local(hak_heap *heap, hak_page *page, hak_block *block);
-// malloc_trim: the retained empty pages, and the empty pages a medium or big class keeps in its
+// malloc_trim: the retained empty pages, and the empty pages a class keeps in its
 // queue, go back to their superslabs.
 void hak_heap_trim_spare(hak_heap *heap);
 void hak_heap_free_emptied_slow(hak_heap *heap, hak_page *page, hak_block *block);
-void hak_heap_free_emptied_lifo(hak_heap *heap, hak_page *page, hak_block *block);
 void hak_heap_page_unfull(hak_heap *heap, hak_page *page);
 // Building blocks of the fronts' refill and retire policies (heap.c, and inline below so that
 // each front's slow path compiles with its own constants and no extra call level):
@@ -83,16 +82,19 @@ static inline void hak_heap_leave(hak_heap *heap) {
 }
 
 // An owner free brought a small page's `used` to 0 or below (a bare free(malloc(64)) loop lands
-// here at every free), inline in the free fast path. The class's current page stays as it is,
-// finished here when the free is good: `used` not below 0, the block not at the head of both
-// lists (either is a double free), and not past the blocks carved so far (no block handed
-// out); heap.c's check_emptied makes the same tests and reports. A small page's slot is
-// 64 KiB, so the block's offset from the page's first block comes from its address alone.
-// Anything else is one tail call, so the free fast path keeps no stack frame.
+// here at every free), inline in the free fast path. The class's current page, when it is the
+// only page in its class's queue, stays as it is, finished here when the free is good: `used`
+// not below 0, the block not at the head of both lists (either is a double free), and not past
+// the blocks carved so far (no block handed out); heap.c's check_emptied makes the same tests
+// and reports. A small page's slot is 64 KiB, so the block's offset from the page's first
+// block comes from its address alone. Anything else (another page, a queue of several: which
+// empty pages stay is heap.c's current_emptied) is one tail call, so the free fast path keeps
+// no stack frame.
 static inline void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
     uintptr_t first = ((uintptr_t)page & HAK_SS_MASK) ? 0 : hak_page0_offset(page);
-    if (HAK_LIKELY(page == heap->direct[page->class_idx] && page->used == 0 &&
-                   !(page->free == block && page->local_free == block) &&
+    const hak_page_queue *queue = &heap->queue[page->class_idx];
+    if (HAK_LIKELY(page == heap->direct[page->class_idx] && queue->first == queue->last &&
+                   page->used == 0 && !(page->free == block && page->local_free == block) &&
                    ((uintptr_t)block & (HAK_PAGE_SIZE - 1)) - first <
                        (uintptr_t)page->reserved * page->block_size))
         return;

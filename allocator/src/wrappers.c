@@ -114,7 +114,8 @@ HAK_EXPORT HAK_HOT_ALIGN void *hak_malloc(size_t size) {
 //   registry == SMALL   a pointer into a superslab (NULL, foreign and large pointers miss)
 //   local_owner == heap an owner free into a page on the fast path
 //   a & block_mask      not at a block boundary (interior or unaligned pointer)
-//   != local_free       the block freed just before (immediate double free)
+//   != head of its list the block freed just before (immediate double free), or, on `free`,
+//                       the block the next malloc would hand out (never handed out)
 //   --used <= 0         the page emptied, or went below empty (a double free, reported there)
 // --*used, and whether it came down to 0 or below: one `sub` on memory and one `jle` (gcc does
 // not fold a signed test into a read-modify-write by itself; the plain C costs three more).
@@ -130,28 +131,35 @@ empty:
 }
 
 // The owner free of block p into `page` (found from p's address), if the fast path takes it:
-// onto local_free (small pages), or, on medium and big pages (`lifo`), onto free itself, so
-// that the next malloc of the class gets the block just freed while it is still in cache, and
-// local_free rarely has to be collected (bench_mid_large_mt, 8-32 KiB blocks, with one thread
-// and with two; measured: docs/notebook/2026-11-26-allocator-measurements.md, "SmallObject v3,
-// measured"). A page whose free list never runs dry would never collect its remote frees,
-// so while any wait on it the block goes to local_free.
-static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int lifo) {
+// onto the head of the page's `free`, and the page becomes its class's current one, so the
+// next malloc of the class gets the block just freed while it is still in cache: a size
+// class's LIFO, as a thread cache's free list is. The page stays where it is in its queue (the
+// refill scans the queue from its head whatever the current page is). local_free, collected
+// only once `free` has run dry, handed out blocks freed long before: on larson's random slots
+// (8-1000 B) malloc's load of the popped block's link missed the cache at most calls
+// (cachegrind: 4.05 D1 misses per operation against tcmalloc's 2.90; 3.45 with this, and
+// medium pages measured the same before: docs/notebook/2026-11-26-allocator-measurements.md,
+// "SmallObject v3, measured"; small pages: docs/notebook/2026-12-07-lifo.md). Remote frees
+// waiting on a page whose `free` never runs dry are collected by the heap's sweeps
+// (hak_heap_sweep). The secure build keeps local_free (below).
+static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int wide) {
     hak_heap *heap = hak_tls_heap;
     hak_block *block = p;
-    if (lifo && (atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS))
-        lifo = 0;
-    hak_block **list = lifo ? &page->free : &page->local_free;
+#ifdef HAK_SECURE
+    hak_block **list = &page->local_free;
+#else
+    hak_block **list = &page->free;
+#endif
     if (HAK_LIKELY(hak_page_local_owner(page) == heap &&
                    !((uint16_t)(uintptr_t)p & page->block_mask) && block != *list &&
                    canary_intact(p, page))) {
         canary_disarm(p, page);
 #ifdef HAK_SECURE
-        // Reuse in a random order: on small pages half the frees, at random, go right after
-        // the head of `free` (handed out second: never the next malloc's block), the others to
-        // local_free as in the other builds (handed out once `free` has run dry).
+        // Reuse in a random order, never the block just freed first: half the frees, at
+        // random, go right after the head of `free` (handed out second), the others to
+        // local_free (handed out once `free` has run dry).
         hak_block *head = page->free;
-        if (!lifo && head && (hak_secure_random() & 1) &&
+        if (head && (hak_secure_random() & 1) &&
             !(atomic_load_explicit(&page->xthread_free, memory_order_relaxed) & ~HAK_XT_FLAGS)) {
             hak_link_set(block, hak_link(head));
             hak_link_set(head, block);
@@ -163,18 +171,16 @@ static inline __attribute__((always_inline)) int free_fast(hak_page *page, void 
         }
         HAK_HOT_STAT(heap, free, page->class_idx);
         if (HAK_UNLIKELY(used_drop_to_empty(&page->used))) {
-            if (lifo)
-                hak_heap_free_emptied_lifo(heap, page, block);
+            if (wide)
+                hak_heap_free_emptied_slow(heap, page, block);
             else
                 hak_heap_free_emptied(heap, page, block);
             return 1;
         }
-        // Medium and big pages: the page of the block just freed becomes the class's current
-        // page, so the next malloc of the class gets that block while it is still in cache
-        // (a size class's LIFO, as a thread cache's free list is). It stays where it is in
-        // the queue: the refill scans the queue from its head whatever the current page is.
+#ifndef HAK_SECURE
         // (A page on the full list has no local owner, so its frees never get here.)
-        if (lifo) heap->direct[page->class_idx] = page;
+        heap->direct[page->class_idx] = page;
+#endif
         return 1;
     }
     return 0;

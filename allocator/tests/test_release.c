@@ -921,42 +921,54 @@ static void test_malloc_trim(void) {
     CHECK(again == 0);
 }
 
-// 64 MiB of 10-16 KiB blocks (four classes of medium pages, interleaved), freed in the order
-// they were allocated: the last block of each page is freed while its page is the class's
-// current one (a medium free makes its page current), and the free that empties the current
-// page keeps it. Only a couple of such empty pages a class may stay: the others go back, and
-// the superslabs they empty with them, so that beyond the superslab cache's 32 MiB the
-// mappings go (virtual memory falls by more than 24 MiB). They did not: every page stayed in
-// use with no block in it (161 of 165 in a thread that freed 100 MiB this way). A trim then
-// leaves little resident (the empty pages kept in the queues go too).
-#define ORDERED_MID 5120
-static void *ordered_blocks[ORDERED_MID];
-static void test_mid_pages_freed_in_allocation_order_released(void) {
+// 64 MiB of blocks of four interleaved classes, freed in the order they were allocated: the
+// last block of each page is freed while its page is the class's current one (an owner free
+// makes its page current), and the free that empties the current page keeps it. Only a
+// couple of such empty pages a class may stay: the others go back, and the superslabs they
+// empty with them, so that beyond the superslab cache's 32 MiB the mappings go (virtual
+// memory falls by more than 24 MiB). They did not: every page stayed in use with no block in
+// it (161 of 165 medium pages in a thread that freed 100 MiB this way; and all of a 38 MiB run
+// of 48-byte blocks once small pages took the same LIFO rule). A trim then leaves little
+// resident (the empty pages kept in the queues go too). Medium pages: 10-16 KiB blocks; small
+// pages: 48-96 B.
+#define ORDERED_BLOCKS (1u << 20)
+static void *ordered_blocks[ORDERED_BLOCKS];
+static void freed_in_allocation_order(const char *what, const size_t sizes[4]) {
     if (!allocator_has_glibc_semantics()) return; // malloc_trim below is glibc's elsewhere
-    static const size_t sizes[] = {10 * KiB, 12 * KiB, 14 * KiB, 16 * KiB};
+    size_t per_round = sizes[0] + sizes[1] + sizes[2] + sizes[3];
+    unsigned count = (unsigned)(64 * MiB / per_round * 4);
+    if (count > ORDERED_BLOCKS) count = ORDERED_BLOCKS;
+    memset(ordered_blocks, 0, count * sizeof *ordered_blocks); // resident from here on
     malloc_trim(0);
     size_t base = resident_now(), mapped = 0, unmapped = 0;
-    for (int i = 0; i < ORDERED_MID; i++) {
+    for (unsigned i = 0; i < count; i++) {
         ordered_blocks[i] = malloc(sizes[i % 4]);
         if (!CHECK(ordered_blocks[i] != NULL)) return;
         memset(ordered_blocks[i], 0x3c, sizes[i % 4]);
     }
     size_t high = resident_now();
     CHECK(process_memory(NULL, &mapped));
-    for (int i = 0; i < ORDERED_MID; i++)
+    for (unsigned i = 0; i < count; i++)
         free(ordered_blocks[i]);
     CHECK(process_memory(NULL, &unmapped));
     malloc_trim(0);
     size_t low = resident_now();
-    printf("mid blocks freed in allocation order: resident %zu KiB before, %zu KiB with the "
+    printf("%s blocks freed in allocation order: resident %zu KiB before, %zu KiB with the "
            "blocks, %zu KiB after their frees and a trim; mapped %zu KiB with them, %zu KiB "
            "after their frees\n",
-           base / KiB, high / KiB, low / KiB, mapped / KiB, unmapped / KiB);
+           what, base / KiB, high / KiB, low / KiB, mapped / KiB, unmapped / KiB);
     if (!allocator_is_hakmem()) return;
     CHECK(unmapped + 24 * MiB <= mapped);
 #ifndef __SANITIZE_THREAD__ // ThreadSanitizer's shadow of the written blocks stays resident
     CHECK(low <= base + 4 * MiB);
 #endif
+}
+
+static void test_pages_freed_in_allocation_order_released(void) {
+    static const size_t mid[4] = {10 * KiB, 12 * KiB, 14 * KiB, 16 * KiB};
+    static const size_t small[4] = {48, 64, 80, 96};
+    freed_in_allocation_order("mid", mid);
+    freed_in_allocation_order("small", small);
 }
 
 // A thread frees the 48 MiB of 1-16 KiB blocks it allocated, in their order, and then waits for
@@ -1045,7 +1057,7 @@ int main(void) {
     test_abandoned_slots_purged_after_delay();
     test_lean_idle_medium_blocks_released();
     test_malloc_trim();
-    test_mid_pages_freed_in_allocation_order_released();
+    test_pages_freed_in_allocation_order_released();
     test_waiting_thread_keeps_little();
     test_full_large_cache_keeps_the_block_freed_now(); // last: it leaves the cache full
     return test_summary();
