@@ -137,11 +137,11 @@ empty:
 // refill scans the queue from its head whatever the current page is). local_free, collected
 // only once `free` has run dry, handed out blocks freed long before: on larson's random slots
 // (8-1000 B) malloc's load of the popped block's link missed the cache at most calls
-// (cachegrind: 4.05 D1 misses per operation against tcmalloc's 2.90; 3.45 with this, and
-// medium pages measured the same before: docs/notebook/2026-11-26-allocator-measurements.md,
-// "SmallObject v3, measured"; small pages: docs/notebook/2026-12-07-lifo.md). Remote frees
-// waiting on a page whose `free` never runs dry are collected by the heap's sweeps
-// (hak_heap_sweep). The secure build keeps local_free (below).
+// (cachegrind: malloc's read misses fell by 58 % with this; medium pages measured the same
+// before: docs/notebook/2026-11-26-allocator-measurements.md, "SmallObject v3, measured";
+// small pages: docs/notebook/2026-12-07-lifo.md). Remote frees waiting on a page whose `free`
+// never runs dry are collected by the heap's sweeps (hak_heap_sweep). The secure build pushes
+// onto local_free on every page, in its random order (below).
 static inline __attribute__((always_inline)) int free_fast(hak_page *page, void *p, int wide) {
     hak_heap *heap = hak_tls_heap;
     hak_block *block = p;

@@ -927,10 +927,10 @@ static void test_malloc_trim(void) {
 // couple of such empty pages a class may stay: the others go back, and the superslabs they
 // empty with them, so that beyond the superslab cache's 32 MiB the mappings go (virtual
 // memory falls by more than 24 MiB). They did not: every page stayed in use with no block in
-// it (161 of 165 medium pages in a thread that freed 100 MiB this way; and all of a 38 MiB run
-// of 48-byte blocks once small pages took the same LIFO rule). A trim then leaves little
-// resident (the empty pages kept in the queues go too). Medium pages: 10-16 KiB blocks; small
-// pages: 48-96 B.
+// it (161 of 165 medium pages in a thread that freed 100 MiB this way; and all of 800,000
+// 48-byte blocks freed in order once small pages took the same LIFO rule). A trim then leaves
+// little resident (the empty pages kept in the queues go too). Medium pages: 10-16 KiB blocks;
+// small pages: 48-96 B.
 #define ORDERED_BLOCKS (1u << 20)
 static void *ordered_blocks[ORDERED_BLOCKS];
 static void freed_in_allocation_order(const char *what, const size_t sizes[4]) {
