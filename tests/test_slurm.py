@@ -75,9 +75,10 @@ def wait_for(env, job_ids, deadline) -> None:
         time.sleep(1)
 
 
-# the factor by which one command's timing moves between runs minutes apart on this VM
-# (20-35 %; docs/measuring.md), and a margin
-SWING = 1.5
+# the factor by which one cell's timing may move between runs minutes apart on this VM: 20-35 %
+# for a run of seconds (docs/measuring.md), more for these cells of a few milliseconds
+# (tiny_hot_short's throughput read 1.51x apart in a CI run on 2026-12-07)
+SWING = 4.0
 
 
 def summary(run) -> tuple[list[str], dict]:
@@ -149,7 +150,7 @@ def test_array_job_of_shards_merges_into_the_unsharded_run(cluster, tmp_path):
             # timings: the merged median inside the unsharded run's 95 % interval widened by
             # this VM's between-run swing (the same command moves 20-35 % between runs taken
             # minutes apart: intervals that must overlap made CI fail once); what it catches
-            # is a timing of another kind (per op for per second, one thread's for all)
+            # is a timing of another kind (per op for per second: a factor of 1e6 and more)
             low, high = float(other["ci_low"]) / SWING, float(other["ci_high"]) * SWING
             assert low <= float(row["median"]) <= high, (key, row["median"], low, high)
         # and beyond that the merge's promise: every cell keeps the figures of the shard that
