@@ -13,7 +13,10 @@ HAK_CFLAGS_pgo-gen := -O2 -DNDEBUG -fprofile-generate -fprofile-update=prefer-at
 # -fprofile-partial-training: code the training never ran (large blocks, realloc, errors) stays
 # optimised as in fast instead of for size. -w: gcc notes every such function ("missing
 # counts"); the same sources are compiled with all warnings on in every other variant.
-HAK_CFLAGS_pgo     := -O2 -DNDEBUG -fprofile-use -fprofile-partial-training -w
+# -fprofile-correction: the value profiles (a division's divisors) are not updated atomically,
+# so a two-thread training run can leave one inconsistent with its block's count, which gcc
+# otherwise rejects ("corrupted value profile", page.c on 2026-12-07); it smooths them instead.
+HAK_CFLAGS_pgo     := -O2 -DNDEBUG -fprofile-use -fprofile-partial-training -fprofile-correction -w
 HAK_PGO_STAMP      := $(BUILD)/pgo-gen/trained.stamp
 
 .PHONY: pgo

@@ -84,8 +84,19 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     hak_assert(page->free == NULL);
     uint32_t left = page->capacity - page->reserved;
     if (left == 0) return 0;
-    uint32_t count = max_bytes / page->block_size;
-    if (count < min_blocks) count = min_blocks;
+    // A fresh page's first step is one OS page of blocks (at least one block); each later step
+    // doubles what the page has carved so far, up to the front's step (max_bytes of blocks, at
+    // least min_blocks). A class that only ever holds a few blocks so touches one or two of its
+    // page's OS pages, not the whole front's step (TinyHeap's was the whole 64 KiB page: 256
+    // KiB resident for four C7 classes holding a block each); a busy class reaches the front's
+    // step after a few refills.
+    uint32_t step = max_bytes / page->block_size;
+    if (step < min_blocks) step = min_blocks;
+    uint32_t count = page->reserved;
+    uint32_t os_page = HAK_OS_PAGE_SIZE / page->block_size;
+    if (count < os_page) count = os_page;
+    if (count == 0) count = 1;
+    if (count > step) count = step;
     if (count > left) count = left;
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
 #ifdef HAK_SECURE
