@@ -4,8 +4,9 @@
 // (types.h: HAK_FRONTS), not a copy of the code:
 //   carve_bytes   how much of a page is linked into its free list at once, and
 //   carve_blocks  at least how many blocks: a small step never touches (faults in) the rest
-//                 of a page that holds few live blocks; a whole page costs one slow path
-//                 instead of many
+//                 of a page that holds few live blocks; a large one costs fewer slow paths.
+//                 A fresh page's steps start at one OS page of blocks and double up to this
+//                 one (page.c, hak_page_extend)
 //   max_spare     empty pages kept per class instead of given back (already carved, reused
 //                 first, never through the superslab)
 //   sized_pages   pages sized per class: 64 KiB up to 8 KiB blocks, 512 KiB up to 64 KiB,
@@ -13,8 +14,8 @@
 //                 stop at 32 KiB, where a page still holds two blocks); see route.c
 // The fronts, and why each exists (measured: docs/notebook/2026-11-26-allocator-measurements.md):
 //   legacy         the reference: whole-queue scan, 4 KiB carve step, empty pages given back
-//   TinyHeap       the whole page carved at once: a C7 page (64 blocks of 1 KiB) refills once
-//                  instead of sixteen times while pages are fresh
+//   TinyHeap       steps up to the whole page: a C7 page (64 blocks of 1 KiB) refills five
+//                  times (4, 4, 8, 16, 32 blocks) instead of sixteen while pages are fresh
 //   HotHeap v2     up to 2 empty pages per class retained: a live set that breathes over a
 //                  few pages reuses them without the superslab and without re-carving
 //   SmallObject v3 one hot box from 8 B to 256 KiB: pages sized to the class (so a mid page

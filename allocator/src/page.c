@@ -33,12 +33,12 @@ void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap) {
     atomic_store_explicit(&page->xthread_free, 0, memory_order_relaxed);
 }
 
-// Carves the next blocks, at most max_bytes of them but at least min_blocks, into `free`
-// (which must be empty). A step smaller than the page means a page that only ever holds a few
-// blocks never touches (faults in) the rest of it. (Medium and big pages are carved 4 at a
-// time, not 8: with one empty page retained per class, fewer pages are faulted in;
-// docs/notebook/2026-11-23-not-kept.md, "SmallObject v3 as a design".)
-// Returns 0 if the page is used up.
+// Carves the next blocks into `free` (which must be empty): a step of at most max_bytes of
+// blocks but at least min_blocks, reached by doubling (below). A step smaller than the page
+// means a page that only ever holds a few blocks never touches (faults in) the rest of it.
+// (Medium and big pages' steps stop at 4 blocks, not 8: with one empty page retained per
+// class, fewer pages are faulted in; docs/notebook/2026-11-23-not-kept.md, "SmallObject v3 as
+// a design".) Returns 0 if the page is used up.
 #ifdef HAK_SECURE
 __thread uint64_t hak_secure_rng;
 void hak_page_carve_reseed(void) {
@@ -97,6 +97,9 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     if (count < os_page) count = os_page;
     if (count == 0) count = 1;
     if (count > step) count = step;
+#ifdef HAK_SECURE
+    if (count < min_blocks) count = min_blocks; // each step a permutation of several blocks
+#endif
     if (count > left) count = left;
     char *first = hak_page_start(page) + (size_t)page->reserved * page->block_size;
 #ifdef HAK_SECURE

@@ -7,7 +7,8 @@
 
 // --- page.c: page free lists
 // Carve steps: the legacy front carves a fresh page 4 KiB at a time (a page that holds few
-// blocks never faults in its whole 64 KiB); other fronts choose other steps.
+// blocks never faults in its whole 64 KiB); other fronts choose other steps. Every front's
+// steps start at one OS page of blocks and double up to its own (hak_page_extend).
 #define HAK_CARVE_STEP_DEFAULT 4096
 #define HAK_CARVE_WHOLE_PAGE   ((uint32_t)HAK_SS_SIZE) // capped by the page's capacity
 void hak_page_init(hak_page *page, unsigned cls, hak_heap *heap);

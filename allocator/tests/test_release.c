@@ -33,6 +33,9 @@
 //     smaller class from an exited thread
 //   - mid blocks freed in the order they were allocated give their pages back (a page that
 //     emptied while its class's current one goes back once another is current)
+//   - a class that holds one block touches one or two OS pages of its 64 KiB page, not the
+//     front's whole carve step (TinyHeap's C7 pages were carved whole at once: 16 OS pages for
+//     one 1 KiB block)
 //   - malloc_trim(0) gives back at once what the policies would keep for their delays (the
 //     freed blocks' page slots, the cached superslabs and large regions), says 1 when it gave
 //     any, and 0 when called again with nothing left
@@ -1025,6 +1028,34 @@ static void test_waiting_thread_keeps_little(void) {
     if (allocator_is_hakmem() && resident_bounds_apply()) CHECK(kept <= 8 * MiB);
 }
 
+// One block each of a C7 size (TinyHeap's front by default) and of a 3 KiB class (four blocks
+// were the least a step carved), in a thread of its own: a fresh heap, fresh pages. The carve
+// writes a link into every block it carves, so each block carved is resident.
+static unsigned first_block_pages[2];
+static void *one_block_each(void *arg) {
+    (void)arg;
+    static const size_t sizes[2] = {1000, 3000};
+    for (int i = 0; i < 2; i++) {
+        unsigned char *p = malloc(sizes[i]);
+        if (!CHECK(p != NULL)) return NULL;
+        p[0] = 1;
+        unsigned char *page = (unsigned char *)((uintptr_t)p & ~(uintptr_t)(64 * KiB - 1));
+        first_block_pages[i] = resident_inside(page, 0, 64 * KiB);
+        free(p);
+    }
+    return NULL;
+}
+
+static void test_one_block_touches_little(void) {
+    pthread_t thread;
+    if (!CHECK(pthread_create(&thread, NULL, one_block_each, NULL) == 0)) return;
+    pthread_join(thread, NULL);
+    printf("one block of 1000 B: %u OS pages of its 64 KiB page resident; of 3000 B: %u\n",
+           first_block_pages[0], first_block_pages[1]);
+    if (allocator_is_hakmem() && resident_bounds_apply())
+        CHECK(first_block_pages[0] <= 2 && first_block_pages[1] <= 2);
+}
+
 int main(void) {
     printf("allocator: %s\n", allocator_name());
 #ifdef HAKTEST_SECURE_BUILD
@@ -1033,6 +1064,8 @@ int main(void) {
     printf("skipped: the secure build's size classes are a word shorter\n");
     return test_summary();
 #endif
+    // First of all, while no thread has exited: its superslabs would be adopted instead.
+    test_one_block_touches_little();
     // First, while the large cache is empty: the other tests' freed regions (up to 16 MiB
     // each) may otherwise fill its 32 MiB, and these regions would be unmapped at once.
     test_large_cache_purged_after_delay();
