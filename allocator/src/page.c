@@ -87,9 +87,9 @@ int hak_page_extend(hak_page *page, uint32_t max_bytes, uint32_t min_blocks) {
     // A fresh page's first step is one OS page of blocks (at least one block); each later step
     // doubles what the page has carved so far, up to the front's step (max_bytes of blocks, at
     // least min_blocks). A class that only ever holds a few blocks so touches one or two of its
-    // page's OS pages, not the whole front's step (TinyHeap's was the whole 64 KiB page: 256
-    // KiB resident for four C7 classes holding a block each); a busy class reaches the front's
-    // step after a few refills.
+    // page's OS pages, not the whole front's step (TinyHeap's is the whole 64 KiB page: carved at
+    // once, espresso kept four C7 pages, 256 KiB, resident for a few blocks); a busy class
+    // reaches the front's step after a few refills.
     uint32_t step = max_bytes / page->block_size;
     if (step < min_blocks) step = min_blocks;
     uint32_t count = page->reserved;
