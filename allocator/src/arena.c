@@ -753,10 +753,12 @@ void hak_arena_region_gone(uintptr_t block) {
 // wall-clock time, and a slowed round needs more of it). Speed-first waits 1 s:
 // mimalloc-bench's malloc-large (20 buffers of 5-25 MiB, one replaced every few ms) leaves
 // some cached regions unused for longer than 100 ms, which were purged and faulted in again
-// when a request took them, at the same peak RSS either way (the peak is the live blocks and
-// the one being replaced, not what waits in the cache). bench_large pays for it with a higher
-// peak (its cached regions are still resident when the peak comes) in less time. The lean
-// policy keeps 100 ms. (Measured:
+// when a request took them, at the same peak RSS either way. (Near its peak, 544 of its 557
+// MiB at a free, the program had 380-384 MiB live; 95-100 MiB were cached regions, resident,
+// and 55-65 MiB the rest of regions behind live blocks that took them whole:
+// docs/notebook/2026-12-07-night.md.) bench_large pays for the long delay with a higher peak
+// (its cached regions are still resident when the peak comes) in less time. The
+// lean policy keeps 100 ms. (Measured:
 // docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
 #define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
 #define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
