@@ -84,12 +84,12 @@ static inline void hak_heap_leave(hak_heap *heap) {
 // An owner free brought a small page's `used` to 0 or below (a bare free(malloc(64)) loop lands
 // here at every free), inline in the free fast path. The class's current page, when it is the
 // only page in its class's queue, stays as it is, finished here when the free is good: `used`
-// not below 0, the block not at the head of both lists (either is a double free; the free just
-// pushed it onto `free`, so `local_free` is the test that decides), and not past the blocks
-// carved so far (no block handed out); heap.c's check_emptied makes the same tests and reports.
-// Small pages only: a small page's slot is 64 KiB and its blocks start at the slot's start
-// (slot 0, whose blocks would start past the superslab's header, serves no page), so the
-// block's offset comes from its address alone. Anything else (another page, a queue of
+// not below 0, the block not at the head of both lists (a double free; the free has just pushed
+// it onto one of them, `free` outside the secure build, so `local_free` is tested first), and
+// not past the blocks carved so far (no block handed out); heap.c's check_emptied makes the same
+// tests and reports. Small pages only: a small page's slot is 64 KiB and its blocks start at the
+// slot's start (slot 0, whose blocks would start past the superslab's header, serves no page),
+// so the block's offset comes from its address alone. Anything else (another page, a queue of
 // several: which empty pages stay is heap.c's current_emptied) is one tail call, so the free
 // fast path keeps no stack frame.
 static inline void hak_heap_free_emptied(hak_heap *heap, hak_page *page, hak_block *block) {
