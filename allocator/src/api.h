@@ -36,4 +36,49 @@ void hak_free_small(void *p);
 void *hak_malloc_slow(size_t size);
 void hak_free_slow(void *p);
 
+// --- The malloc fast path: inlined into wrappers.c's malloc and cxx.c's operator new, so that
+// `new` is the pop itself and no call to malloc (whose call, test and return were a sixth of
+// a new-delete pair's instructions: docs/notebook/2026-12-07-night.md).
+// The secure build's tail canary (wrappers.c): the last word of every block of a size class,
+// armed at every pop.
+#ifdef HAK_SECURE
+#define HAK_CANARY_SIZE sizeof(uintptr_t)
+static inline uintptr_t *canary_of(void *p, const hak_page *page) {
+    return (uintptr_t *)((char *)p + page->block_size) - 1;
+}
+static inline void canary_arm(void *p, const hak_page *page) {
+    *canary_of(p, page) = hak_canary_value(p);
+}
+#else
+#define HAK_CANARY_SIZE     0
+#define canary_arm(p, page) ((void)0)
+#endif
+
+// Pops the direct page of `cls`, or NULL when it has no free block (or its head fails
+// hak_pop_ok: the slow path reports it).
+static inline __attribute__((always_inline)) void *hak_pop_direct(hak_heap *heap, unsigned cls) {
+    hak_page *page = heap->direct[cls];
+    hak_block *block = page->free;
+    if (HAK_UNLIKELY(!hak_pop_ok(page, block))) return NULL;
+    page->free = hak_link_checked(page, block);
+    page->used++;
+    canary_arm(block, page);
+    HAK_HOT_STAT(heap, fast, cls);
+    HAK_HOT_STAT(heap, alloc, cls);
+    return block;
+}
+
+// One fast path for every size class: a table load for the class (tiny sizes index by the
+// size itself, mid sizes by HAK_MID_INDEX), pop; NULL for the slow path (hak_malloc_slow) to
+// finish. Mid sizes this process does not serve find HAK_CLASS_NONE, whose direct page is
+// always empty, and so does a thread without a heap (hak_heap_empty). `size` includes the
+// secure build's canary.
+static inline __attribute__((always_inline)) void *hak_malloc_pop(size_t size) {
+    hak_heap *heap = hak_tls_heap;
+    if (HAK_LIKELY(size <= HAK_TINY_MAX)) return hak_pop_direct(heap, heap->class_of_size[size]);
+    if (size <= HAK_SMALL_MAX_ALL)
+        return hak_pop_direct(heap, heap->class_of_mid[HAK_MID_INDEX(size)]);
+    return NULL;
+}
+
 #endif

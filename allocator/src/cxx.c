@@ -47,14 +47,15 @@ static HAK_NOINLINE void *new_slow(size_t size, size_t alignment, int nothrow) {
     return NULL;
 }
 
-static inline void *cxx_new(size_t size) {
-    void *p = hak_malloc(size);
-    return HAK_LIKELY(p != NULL) ? p : new_slow(size, 0, 0);
-}
-
-static inline void *cxx_new_nothrow(size_t size) {
-    void *p = hak_malloc(size);
-    return HAK_LIKELY(p != NULL) ? p : new_slow(size, 0, 1);
+// operator new: malloc's fast pop inline (api.h), else new_slow, which calls malloc (its slow
+// path) and the new_handler. The secure build's malloc adds the canary to the size and checks
+// what a pop hands out: it is called whole.
+static inline void *cxx_new(size_t size, int nothrow) {
+#ifndef HAK_SECURE
+    void *p = hak_malloc_pop(size);
+    if (HAK_LIKELY(p != NULL)) return p;
+#endif
+    return new_slow(size, 0, nothrow);
 }
 
 // aligned_alloc wants the size a multiple of the alignment only in C11's wording; ours takes
@@ -82,18 +83,18 @@ static inline void cxx_delete_sized(void *p, size_t size, size_t alignment) {
 
 // operator new / new[]
 HAK_CXX_EXPORT void *_Znwm(size_t size) {
-    return cxx_new(size);
+    return cxx_new(size, 0);
 }
 HAK_CXX_EXPORT void *_Znam(size_t size) {
-    return cxx_new(size);
+    return cxx_new(size, 0);
 }
 HAK_CXX_EXPORT void *_ZnwmRKSt9nothrow_t(size_t size, const void *tag) {
     (void)tag;
-    return cxx_new_nothrow(size);
+    return cxx_new(size, 1);
 }
 HAK_CXX_EXPORT void *_ZnamRKSt9nothrow_t(size_t size, const void *tag) {
     (void)tag;
-    return cxx_new_nothrow(size);
+    return cxx_new(size, 1);
 }
 HAK_CXX_EXPORT void *_ZnwmSt11align_val_t(size_t size, size_t alignment) {
     return cxx_new_aligned(size, alignment, 0);

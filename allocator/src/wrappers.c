@@ -23,14 +23,8 @@
 // purged it, the remote-free mark in a 16-byte block's), so an underflow out of the block, or
 // an overflow of the one before, is caught at this free too. Large blocks are mappings of
 // their own between guard pages (large.c).
+// (Where the canary lies and its arming at a pop: api.h, with the malloc fast path.)
 #ifdef HAK_SECURE
-#define HAK_CANARY_SIZE sizeof(uintptr_t)
-static inline uintptr_t *canary_of(void *p, const hak_page *page) {
-    return (uintptr_t *)((char *)p + page->block_size) - 1;
-}
-static inline void canary_arm(void *p, const hak_page *page) {
-    *canary_of(p, page) = hak_canary_value(p);
-}
 static inline void canary_disarm(void *p, const hak_page *page) {
     *canary_of(p, page) ^= HAK_CANARY_FREED;
 }
@@ -57,36 +51,13 @@ static void secure_check(const char *func, const hak_page *page, void *p) {
         hak_fatal_pointer(func, "heap underflow before (or overflow of the block before)", p);
 }
 #else
-#define HAK_CANARY_SIZE        0
-#define canary_arm(p, page)    ((void)0)
 #define canary_disarm(p, page) ((void)0)
 #define canary_intact(p, page) 1
 #endif
 
-// Pops the direct page of `cls`, or NULL when it has no free block (or its head fails
-// hak_pop_ok: the slow path reports it).
-static inline __attribute__((always_inline)) void *pop_direct(hak_heap *heap, unsigned cls) {
-    hak_page *page = heap->direct[cls];
-    hak_block *block = page->free;
-    if (HAK_UNLIKELY(!hak_pop_ok(page, block))) return NULL;
-    page->free = hak_link_checked(page, block);
-    page->used++;
-    canary_arm(block, page);
-    HAK_HOT_STAT(heap, fast, cls);
-    HAK_HOT_STAT(heap, alloc, cls);
-    return block;
-}
-
-// One fast path for every size class: a table load for the class (tiny sizes index by the
-// size itself, mid sizes by HAK_MID_INDEX), pop. Mid sizes this process does not serve find
-// HAK_CLASS_NONE, whose direct page is always empty.
+// malloc: the fast pop (api.h), else the slow path.
 static inline __attribute__((always_inline)) void *malloc_inline(size_t size) {
-    hak_heap *heap = hak_tls_heap;
-    void *block = NULL;
-    if (HAK_LIKELY(size <= HAK_TINY_MAX))
-        block = pop_direct(heap, heap->class_of_size[size]);
-    else if (size <= HAK_SMALL_MAX_ALL)
-        block = pop_direct(heap, heap->class_of_mid[HAK_MID_INDEX(size)]);
+    void *block = hak_malloc_pop(size);
     if (HAK_LIKELY(block != NULL)) return block;
     return hak_malloc_slow(size);
 }
