@@ -1,7 +1,7 @@
 // The C++ allocation functions and C23's sized frees, so that `new` and `delete` reach
 // libhakmem directly instead of through libstdc++'s wrappers around malloc and free (one call
 // and one PLT jump fewer each; measured on larson with C++ sized delete:
-// docs/notebook/2026-11-25-issue30-programs.md).
+// docs/notebook/2026-11-25-issue30-programs.md), and plain `new` is malloc's fast pop itself.
 // Every form the standard library declares: plain, array, nothrow, aligned (std::align_val_t),
 // sized, and their combinations, by their Itanium C++ ABI names, written in C so that the
 // library needs no libstdc++ of its own. What C++ adds to malloc is failure: operator new calls
