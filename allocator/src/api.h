@@ -37,8 +37,8 @@ void *hak_malloc_slow(size_t size);
 void hak_free_slow(void *p);
 
 // --- The malloc fast path: inlined into wrappers.c's malloc and cxx.c's operator new, so that
-// `new` is the pop itself and no call to malloc (whose call, test and return were a sixth of
-// a new-delete pair's instructions: docs/notebook/2026-12-07-night.md).
+// `new` is the pop itself, without a push, a call, a test, a pop and a return around it
+// (docs/notebook/2026-12-07-night.md).
 // The secure build's tail canary (wrappers.c): the last word of every block of a size class,
 // armed at every pop.
 #ifdef HAK_SECURE

@@ -757,9 +757,8 @@ void hak_arena_region_gone(uintptr_t block) {
 // MiB at a free, the program had 380-384 MiB live; 95-100 MiB were cached regions, resident,
 // and 55-65 MiB the rest of regions behind live blocks that took them whole:
 // docs/notebook/2026-12-07-night.md.) bench_large pays for the long delay with a higher peak
-// (its cached regions are still resident when the peak comes) in less time. The
-// lean policy keeps 100 ms. (Measured:
-// docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
+// (its cached regions are still resident when the peak comes) in less time. The lean policy
+// keeps 100 ms. (Measured: docs/notebook/2026-12-07-source-comments.md#largec-purge-delay.)
 #define HAK_LARGE_PURGE_DELAY_LEAN_NS (10 * (uint64_t)HAK_PURGE_DELAY_NS)
 #define HAK_LARGE_PURGE_DELAY_NS      (100 * (uint64_t)HAK_PURGE_DELAY_NS)
 uint64_t hak_arena_large_purge_delay(void) {

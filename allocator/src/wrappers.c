@@ -224,22 +224,15 @@ HAK_EXPORT HAK_HOT_ALIGN void hak_free(void *p) {
 
 // Allocates from size class `cls` on `heap` (an initialised heap).
 static inline __attribute__((always_inline)) void *alloc_class(hak_heap *heap, unsigned cls) {
-    hak_page *page = heap->direct[cls];
-    hak_block *block = page->free;
-    if (hak_pop_ok(page, block)) {
-        page->free = hak_link_checked(page, block);
-        page->used++;
-        canary_arm(block, page);
-        HAK_HOT_STAT(heap, fast, cls);
-    } else {
-        block = hak_front_slow[heap->route[cls]](heap, cls);
-        if (!block) {
-            errno = ENOMEM;
-            return NULL;
-        }
-        HAK_HOT_STAT(heap, slow, cls);
+    void *block = hak_pop_direct(heap, cls);
+    if (block) return block;
+    block = hak_front_slow[heap->route[cls]](heap, cls);
+    if (!block) {
+        errno = ENOMEM;
+        return NULL;
     }
     canary_arm(block, hak_page_of(hak_superslab_of((uintptr_t)block), (uintptr_t)block));
+    HAK_HOT_STAT(heap, slow, cls);
     HAK_HOT_STAT(heap, alloc, cls);
     return block;
 }
