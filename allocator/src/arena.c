@@ -343,9 +343,20 @@ static _Atomic uint64_t region_next_due; // the earliest region_due or tail_due 
 // by the region's last user, unused now) is purged at tail_due[i], when it would have been had
 // the region stayed in the cache (large.c: hak_large_purge_tail). It was purged at once before
 // issue #30: a region reused for a smaller block and then for a larger one faulted it in again.
+// Each has a ticket, which its block's table entry holds too: a block freed before its tail was
+// due leaves it here, and the next block to take the region, with a ticket of its own or none,
+// keeps its rest. By address alone such a stale entry purged the rest of that next block, early
+// (its own was due only when its region's delay ran out), and a request that took the region
+// again, larger, faulted it back in: mimalloc-bench's malloc-large (20 blocks of 5-25 MiB, one
+// replaced every millisecond or so) took 3.7x C7_SAFE's page faults and 1.5x its time under
+// BALANCED so. Taking a freed block's entry off the list at its free instead cost a scan of the
+// list under the lock at every large free, and random sizes up to 64 KiB in two threads lost 14
+// % of their speed (measured: docs/notebook/2026-12-07-late.md).
 static uintptr_t tail_block[HAK_LARGE_CACHE_COUNT];
 static uint64_t tail_due[HAK_LARGE_CACHE_COUNT];
+static uint32_t tail_ticket[HAK_LARGE_CACHE_COUNT];
 static unsigned tail_count;
+static uint32_t tail_last_ticket; // (31 bits: large.c's hak_large.tail)
 // The last blocks whose ranges went (unmapped, or joined into the region before them): a free
 // that names one of them is reported as the double free it most likely is.
 #define HAK_LARGE_RECENT 16
@@ -391,7 +402,7 @@ static void region_add(uintptr_t block, size_t size, uint32_t map_id, uint64_t d
 
 // Takes slot i's region out; returns it (*due: its deadline).
 static hak_region region_remove(unsigned i, uint64_t *due) {
-    hak_region r = {region[i], region_size[i], region_map[i]};
+    hak_region r = {region[i], region_size[i], region_map[i], 0};
     *due = region_due[i];
     region_bytes -= region_size[i];
     region_count--;
@@ -430,10 +441,11 @@ static size_t purge_until(uint64_t now) {
             i++;
             continue;
         }
-        dropped += hak_large_purge_tail(tail_block[i]);
+        dropped += hak_large_purge_tail(tail_block[i], tail_ticket[i]);
         tail_count--;
         tail_block[i] = tail_block[tail_count];
         tail_due[i] = tail_due[tail_count];
+        tail_ticket[i] = tail_ticket[tail_count];
     }
     atomic_store_explicit(&region_next_due, next, memory_order_relaxed);
     return dropped;
@@ -454,11 +466,16 @@ static void purge_due_locked(void) {
 // that keeps more than the list's worth of such blocks live and replaces them fast (random
 // sizes up to 64 KiB in two threads under BALANCED: measured in
 // docs/notebook/2026-12-07.md, "The lean large cache's tails").
-static void schedule_tail_purge(uintptr_t block, uint64_t due) {
-    if (!due || tail_count == HAK_LARGE_CACHE_COUNT) return;
+// Returns the tail's ticket, for the block's table entry (0: none scheduled).
+static uint32_t schedule_tail_purge(uintptr_t block, uint64_t due) {
+    if (!due || tail_count == HAK_LARGE_CACHE_COUNT) return 0;
+    tail_last_ticket = (tail_last_ticket + 1) & 0x7fffffffu;
+    if (!tail_last_ticket) tail_last_ticket = 1;
     tail_block[tail_count] = block;
+    tail_ticket[tail_count] = tail_last_ticket;
     tail_due[tail_count++] = due;
     note_due(due);
+    return tail_last_ticket;
 }
 
 int hak_arena_region_take(size_t need, size_t alignment, hak_region *r) {
@@ -503,7 +520,7 @@ int hak_arena_region_take(size_t need, size_t alignment, hak_region *r) {
         // The region's rest beyond the request was written by its last user; it goes back
         // when the region would have (a 64 KiB region reused for 48 KiB must not keep 16 KiB
         // resident for as long as the block lives).
-        schedule_tail_purge(r->block, due);
+        r->tail = schedule_tail_purge(r->block, due);
     }
     hak_lock_release(&region_lock);
     hak_stat_add(large, cache_hit, 1);

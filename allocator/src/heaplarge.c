@@ -28,7 +28,7 @@ static hak_heap *regions_heap(void) {
 // Takes the heap's region i out of its arrays; returns it (*due: its deadline).
 static hak_region regions_remove(hak_heap *heap, unsigned i, uint64_t *due) {
     hak_heap_enter(heap);
-    hak_region r = {heap->large_block[i], heap->large_size[i], heap->large_map[i]};
+    hak_region r = {heap->large_block[i], heap->large_size[i], heap->large_map[i], 0};
     *due = heap->large_due[i];
     heap->large_count--;
     for (unsigned j = i; j < heap->large_count; j++) {

@@ -42,10 +42,15 @@
 #define HAK_LARGE_SHARD_MIN  64 // entries (2 KiB) a shard's table starts with
 
 typedef struct hak_large {
-    uintptr_t block; // key: 0 = empty slot
-    size_t map_size; // the mapping [block, block + map_size)
-    size_t usable;   // what malloc_usable_size says: the request rounded up to OS pages
-    uint32_t freed;  // freed, its region kept by its thread's heap
+    uintptr_t block;    // key: 0 = empty slot
+    size_t map_size;    // the mapping [block, block + map_size)
+    size_t usable;      // what malloc_usable_size says: the request rounded up to OS pages
+    uint32_t freed : 1; // freed, its region kept by its thread's heap
+    // The lean policy's ticket for the rest of the region beyond this block (arena.c:
+    // schedule_tail_purge; 0: none). A ticket names one block, not an address: the schedule
+    // still holds it after the block is freed, and the next block to take the region must not
+    // lose its rest to it.
+    uint32_t tail : 31;
     // Which mapping (kernel VMA) the region lies in: regions of different mappings are never
     // joined, however adjacent their addresses, because mremap refuses (EFAULT) a range that
     // spans two mappings. Before, a request grown from such a joined region found the call
@@ -221,7 +226,8 @@ static void *secure_alloc(size_t need, size_t alignment) {
     hak_os_protect(block - HAK_GUARD, HAK_GUARD, 0);
     hak_os_protect(block + need, HAK_GUARD, 0);
     hak_arena_mark_large((uintptr_t)block, need);
-    if (!insert((hak_large){(uintptr_t)block, need + HAK_GUARD, need, 0, hak_large_new_map_id()})) {
+    if (!insert((hak_large){(uintptr_t)block, need + HAK_GUARD, need,
+                            .map_id = hak_large_new_map_id()})) {
         hak_os_unmap(block - HAK_GUARD, need + 2 * HAK_GUARD);
         hak_stat_mapped(-(long)(need + 2 * HAK_GUARD));
         return NULL;
@@ -282,7 +288,7 @@ static void *reused(uintptr_t block, size_t need, int zero) {
 
 // A block in region r from the arena's cache: its entry added.
 static void *new_block(hak_region r, size_t need, int zero) {
-    if (!insert((hak_large){r.block, r.size, need, 0, r.map_id})) {
+    if (!insert((hak_large){r.block, r.size, need, .tail = r.tail, .map_id = r.map_id})) {
         hak_arena_region_put(r, 0); // (out of memory for the table: the region stays cached)
         return NULL;
     }
@@ -303,7 +309,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
     uint32_t map_id;
     char *span = alignment <= HAK_OS_PAGE_SIZE ? hak_arena_span(need, &map_id) : NULL;
     if (span) {
-        if (!insert((hak_large){(uintptr_t)span, need, need, 0, map_id}))
+        if (!insert((hak_large){(uintptr_t)span, need, need, .map_id = map_id}))
             return NULL; // a span without its entry stays unused in its chunk
         count_new_region(need);
         return span; // fresh (a chunk is never reused but through the cache): already zero
@@ -336,7 +342,7 @@ void *hak_large_alloc(size_t size, size_t alignment, int zero) {
         block = base;
     }
     hak_arena_mark_large((uintptr_t)block, map_size);
-    if (!insert((hak_large){(uintptr_t)block, map_size, need, 0, hak_large_new_map_id()})) {
+    if (!insert((hak_large){(uintptr_t)block, map_size, need, .map_id = hak_large_new_map_id()})) {
         hak_os_unmap(block, map_size);
         hak_stat_mapped(-(long)map_size);
         return NULL;
@@ -376,7 +382,7 @@ hak_region hak_large_release(void *p) {
     hak_large_shard *s = shard_lock((uintptr_t)p);
     hak_large *e = live_entry("free", s, p);
     size_t usable = e->usable;
-    hak_region r = {(uintptr_t)p, e->map_size, e->map_id};
+    hak_region r = {(uintptr_t)p, e->map_size, e->map_id, 0};
 #ifdef HAK_SECURE
     erase(s, e);
 #else
@@ -408,20 +414,22 @@ void *hak_large_reuse(uintptr_t block, size_t need, int zero) {
     hak_large_shard *s = shard_lock(block);
     hak_large *e = find(s, block);
     e->freed = 0;
+    e->tail = 0;
     e->usable = need;
     hak_lock_release(&s->lock);
     return reused(block, need, zero);
 }
 
-// The lean policy's tail of `block` (arena.c: schedule_tail_purge), due: what lies beyond its
-// usable size now, while it is live, is purged (it may have been freed or resized since; a
-// freed region waits with a deadline of its own). Under the arena's region lock; the block's
+// The lean policy's tail `ticket` of `block` (arena.c: schedule_tail_purge), due: what lies
+// beyond its usable size now, while the block it was given to is live, is purged (it may have
+// been resized since; once freed, its region waits with a deadline of its own, and a later block
+// in the region has a ticket of its own or none). Under the arena's region lock; the block's
 // shard is locked so it is not freed and reused meanwhile. Returns the bytes.
-size_t hak_large_purge_tail(uintptr_t block) {
+size_t hak_large_purge_tail(uintptr_t block, uint32_t ticket) {
     size_t dropped = 0;
     hak_large_shard *s = shard_lock(block);
     hak_large *e = find(s, block);
-    if (e && !e->freed && e->map_size > e->usable) {
+    if (e && !e->freed && e->tail == ticket && e->map_size > e->usable) {
         hak_os_decommit((void *)(e->block + e->usable), e->map_size - e->usable);
         dropped = e->map_size - e->usable;
     }
@@ -444,12 +452,12 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     hak_large_shard *s = shard_lock((uintptr_t)p);
     hak_large *e = live_entry("realloc", s, p);
     size_t map_size = e->map_size, usable = e->usable;
-    uint32_t map_id = e->map_id;
+    uint32_t map_id = e->map_id, tail = e->tail;
 #ifdef HAK_SECURE
     // Between its guards a block neither grows nor gives back its tail: within its usable
     // size it stays, anything larger is copied to a new block.
     hak_lock_release(&s->lock);
-    (void)map_size, (void)map_id;
+    (void)map_size, (void)map_id, (void)tail;
     return need <= usable ? p : NULL;
 #endif
     if (need <= map_size) {
@@ -472,7 +480,8 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     }
     // (Only this thread may free or resize p meanwhile: its entry stays as it is.)
     hak_lock_release(&s->lock);
-    size_t grown = hak_arena_region_take_after((hak_region){(uintptr_t)p, map_size, map_id}, need);
+    size_t grown =
+        hak_arena_region_take_after((hak_region){(uintptr_t)p, map_size, map_id, 0}, need);
     if (grown) { // the cached region right after it, in place
         s = shard_lock((uintptr_t)p);
         e = find(s, (uintptr_t)p);
@@ -502,7 +511,9 @@ void *hak_large_realloc(void *p, size_t size, int *out_of_memory) {
     } else {
         q = p; // p stays as it was, still mapped: its entry goes back
     }
-    hak_large entry = {(uintptr_t)q, map_size, usable, 0, moved ? hak_large_new_map_id() : map_id};
+    // (A moved block's old range is gone, and with it any tail it had scheduled.)
+    hak_large entry = {(uintptr_t)q, map_size, usable, .tail = moved ? 0 : tail,
+                       .map_id = moved ? hak_large_new_map_id() : map_id};
     if (!insert_back(entry)) hak_fatal_pointer("realloc", "out of metadata memory for", q);
     if (!moved) return NULL;
     if (q == p) hak_stat_add(large, realloc_in_place, 1);

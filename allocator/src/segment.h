@@ -27,10 +27,13 @@ void hak_superslab_fork_parent(void);
 void hak_superslab_fork_child(void);
 
 // A freed large region: its address, size and mapping (regions of two mappings never join).
+// `tail`: set by hak_arena_region_take, the lean policy's ticket for the rest beyond the block
+// that takes the region whole (0: none; see schedule_tail_purge).
 typedef struct {
     uintptr_t block;
     size_t size;
     uint32_t map_id;
+    uint32_t tail;
 } hak_region;
 
 // --- arena.c: the cache of empty superslabs, the purge deadlines of free page slots, the cache
@@ -101,7 +104,7 @@ size_t hak_large_usable(const char *func, void *p);
 void *hak_large_realloc(void *p, size_t size, int *out_of_memory);
 // For the arena: a new mapping's id; a live block's lean tail purged (bytes).
 uint32_t hak_large_new_map_id(void);
-size_t hak_large_purge_tail(uintptr_t block);
+size_t hak_large_purge_tail(uintptr_t block, uint32_t ticket);
 size_t hak_large_release_cache(void); // the secure build's quarantine unmapped (bytes)
 void hak_large_fork_prepare(void);
 void hak_large_fork_parent(void);
