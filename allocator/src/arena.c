@@ -6,16 +6,16 @@
 //     stale free() into one is reported, not followed. That is the speed-first policy.
 //   - the lean policy (HAKMEM_SS_MEM_LEAN=1, profile BALANCED) keeps at most
 //     SS_MEM_LEAN_TARGET_MB of empty superslabs and, with SS_MEM_LEAN_DECOMMIT, gives their
-//     memory back once they have waited 1 ms in the cache (the header page stays, so a stale
-//     free() is still reported): resident memory after a burst falls back to the live set, and
-//     reusing a cached superslab costs page faults instead of an mmap.
+//     memory back once they have waited the purge delay in the cache (the header page stays,
+//     so a stale free() is still reported): resident memory after a burst falls back to the
+//     live set, and reusing a cached superslab costs page faults instead of an mmap.
 //   - the free page slots of live superslabs are purged after a delay beyond a floor (below,
 //     "A page slot of a live superslab became free"); the deadlines of a heap's own superslabs
-//     are checked by the heap (purge.c), those of superslabs nobody owns here.
+//     are checked by the heap (purge.c), those of superslabs nobody owns (abandoned) here.
 //   - freed large regions that no heap keeps wait in a cache of their own ranges, handed out
 //     again whole or split, joined, purged after their delay ("Freed large regions" below).
-//   - one scheduler: the earliest deadline of either cache, checked by every heap
-//     (hak_arena_cache_next_due, hak_arena_cache_purge_due).
+//   - one scheduler: the earliest deadline of either cache and of the abandoned superslabs,
+//     checked by every heap (hak_arena_cache_next_due, hak_arena_cache_purge_due).
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,8 +32,7 @@ static _Atomic uint64_t cache_purge_next_ns;
 // What a superslab's mapping spans: its 2 MiB and the secure build's guard after them.
 #define HAK_SS_MAPPED (HAK_SS_SIZE + HAK_SS_GUARD)
 
-#define HAK_DIRTY_SLOTS_MAX     4
-#define HAK_LEAN_PURGE_DELAY_NS (1u * 1000u * 1000u)
+#define HAK_DIRTY_SLOTS_MAX 4
 
 static size_t region_release(void);
 
@@ -125,20 +124,20 @@ size_t hak_arena_cache_resident_undue(void) {
 
 // Takes back an empty superslab: into the cache while it has room, else unmapped. A cached
 // superslab stays resident for a delay (a heap that empties and refills one, or the next thread
-// after one that exited, reuses it warm) and is decommitted after it (purge.c: hak_purge_due): 10
-// ms under speed-first, 1 ms under the lean policy, as its free page slots. The lean policy
-// decommitted at once until issue #38: with thread churn (mstress, a thread a round) every
+// after one that exited, reuses it warm) and is decommitted after it (purge.c: hak_purge_due):
+// HAK_PURGE_DELAY_NS under both policies, as its free page slots. The lean policy decommitted at
+// once until issue #38, then after 1 ms: with thread churn (mstress, a thread a round) every
 // exiting thread's empty superslabs went to the cache and the next thread faulted them back in
-// (docs/notebook/2026-11-28-thread-churn.md). Every cached superslab is decommitted or has its
-// deadline (the deadline is set before the lock, so no other thread's take can void it).
+// (docs/notebook/2026-11-28-thread-churn.md, docs/notebook/2026-12-08.md). Every cached
+// superslab is decommitted or has its deadline (the deadline is set before the lock, so no other
+// thread's take can void it).
 void hak_arena_superslab_put(hak_superslab *ss) {
     ss->kind = HAK_SS_FREE;
     ss->dirty_mask = ~0u; // whatever its pages were, they may be resident until decommitted
     size_t limit = cache_limit();
     int lean = hak_option[HAK_OPT_SS_MEM_LEAN] != 0;
     int decommits = !lean || hak_option[HAK_OPT_SS_MEM_LEAN_DECOMMIT];
-    uint64_t delay = lean ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
-    ss->purge_due_ns = !decommits ? 0 : hak_coarse_now_ns() + delay;
+    ss->purge_due_ns = !decommits ? 0 : hak_coarse_now_ns() + HAK_PURGE_DELAY_NS;
 #ifdef HAK_DEBUG
     // Where another thread may take a cached superslab before this one takes the lock
     // (test_cache_decommit makes it happen, deterministically).
@@ -166,13 +165,15 @@ void hak_arena_superslab_put(hak_superslab *ss) {
 // A page slot of a live superslab became free. Up to a floor of free slots per superslab may
 // stay resident (a heap whose live set breathes by a few pages reuses them warm): 4 under
 // speed-first, none under the lean policy. Beyond the floor, a superslab's resident free slots
-// are purged once that has lasted a delay: 10 ms under speed-first, 1 ms under the lean
-// policy (the coarse clock ticks every few ms). No timer thread: the owning heap checks its
-// earliest deadline whenever it frees a page slot and in its periodic sweep (slow paths), and
-// thread exit and abandonment purge as well; an emptied superslab leaves through the cache
-// policy above. Purging at once made mid sizes (2-8 blocks a page, so pages empty and refill
-// constantly) fault every refilled page back in, under both policies, and fall far behind
-// mimalloc's throughput (mid_large_mt1; measured:
+// are purged once that has lasted a delay, HAK_PURGE_DELAY_NS (10 ms; the coarse clock ticks
+// every few ms). No timer thread: the owning heap checks its earliest deadline whenever it frees
+// a page slot and in its periodic sweep (slow paths), every heap checks those of the superslabs
+// nobody owns (below); an emptied superslab leaves through the cache policy above. The lean
+// policy's delay was 1 ms until issue #38: mstress's threads (a few ms each) had the pages
+// they emptied purged under them and faulted them back in, 30x C7_SAFE's page faults for a
+// peak above the one it has with 10 ms (docs/notebook/2026-12-08.md). Purging at once made mid
+// sizes (2-8 blocks a page, so pages empty and refill constantly) fault every refilled page back
+// in, under both policies, and fall far behind mimalloc's throughput (mid_large_mt1; measured:
 // docs/notebook/2026-11-26-allocator-measurements.md, "How memory goes back to the OS").
 // mimalloc delays its purges the same way.
 // The superslab's resident free slots beyond the policy's floor (0 when within it).
@@ -195,17 +196,13 @@ void hak_arena_arm(hak_superslab *ss, uint64_t due) {
     ss->young_mask = 0;
 }
 
-uint64_t hak_arena_purge_delay(void) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] ? HAK_LEAN_PURGE_DELAY_NS : HAK_PURGE_DELAY_NS;
-}
-
 // A deadline passed: the resident free slots go, but those an adopter was given a grace for
 // (young: hak_arena_superslab_adopted), which wait one delay more, with a deadline again while
 // they are beyond the floor. Looked at a whole delay late, the young go too: they waited as
 // long.
 void hak_arena_purge_aged(hak_superslab *ss, uint64_t now) {
-    hak_superslab_purge(ss, now < ss->purge_due_ns + hak_arena_purge_delay());
-    if (hak_arena_slots_beyond_floor(ss)) hak_arena_arm(ss, now + hak_arena_purge_delay());
+    hak_superslab_purge(ss, now < ss->purge_due_ns + HAK_PURGE_DELAY_NS);
+    if (hak_arena_slots_beyond_floor(ss)) hak_arena_arm(ss, now + HAK_PURGE_DELAY_NS);
 }
 
 // The exited owner's deadline was purging the free slots under the adopter as it started to
@@ -220,55 +217,50 @@ void hak_arena_superslab_adopted(hak_superslab *ss) {
     if (now >= ss->purge_due_ns) return;
     ss->young_mask |= grace;
     ss->graced_mask |= grace;
-    if (ss->purge_due_ns < now + hak_arena_purge_delay())
-        ss->purge_due_ns = now + hak_arena_purge_delay();
+    if (ss->purge_due_ns < now + HAK_PURGE_DELAY_NS) ss->purge_due_ns = now + HAK_PURGE_DELAY_NS;
 }
 
 // A superslab nobody owns (abandoned by an exiting thread, or visited on the abandoned list):
-// no heap checks its deadline, so one is set here and acted on here. The lean policy purges
-// every resident free slot at once. Speed-first gives the purge delay a chance, as in a live
-// heap: a thread of the next generation adopts the slots warm instead of faulting in again
-// the pages its predecessor just left, which a program with a thread per generation
-// (bench_larson) pays for in page faults and time when they are purged at abandonment
-// (measured: docs/notebook/2026-11-26-allocator-measurements.md, "How memory goes back to
-// the OS"), and the first abandonment or visit after the deadline purges them all if they are
-// still more than the floor.
+// no heap checks its deadline, so one is set here, and the arena's scheduler acts on it
+// (hak_superslab_purge_due_abandoned), as do later visits. Its free slots get the purge delay,
+// as in a live heap: a thread of the next generation adopts them warm instead of faulting in
+// again the pages its predecessor just left, which a program with a thread per generation
+// pays for in page faults and time when they are purged at abandonment (bench_larson under
+// speed-first: docs/notebook/2026-11-26-allocator-measurements.md, "How memory goes back to
+// the OS"; mstress under the lean policy, which purged them at once until issue #38:
+// docs/notebook/2026-12-08.md).
 void hak_arena_superslab_unowned(hak_superslab *ss) {
     if (!hak_arena_slots_beyond_floor(ss)) {
         ss->purge_due_ns = 0;
-    } else if (hak_option[HAK_OPT_SS_MEM_LEAN]) {
-        hak_superslab_purge(ss, 0);
-    } else {
-        uint64_t now = hak_coarse_now_ns();
-        if (!ss->purge_due_ns)
-            hak_arena_arm(ss, now + HAK_PURGE_DELAY_NS);
-        else if (now >= ss->purge_due_ns)
-            hak_arena_purge_aged(ss, now);
+        return;
     }
+    uint64_t now = hak_coarse_now_ns();
+    if (!ss->purge_due_ns)
+        hak_arena_arm(ss, now + HAK_PURGE_DELAY_NS);
+    else if (now >= ss->purge_due_ns)
+        hak_arena_purge_aged(ss, now);
 }
 
-// Which superslabs a page of `cls` may come from (hak_superslab.affinity). The lean policy gives
-// every group of classes (C0..C7, M0..M7: the route masks' groups) superslabs of its own, so
-// that an adopter (hak_heap_adopt) takes over pages of the sizes it needs, not up to 31 pages
-// of any other sizes with them. With pages shared by all classes, bench_churn's new threads
-// adopted the superslabs of the exited ones unevenly and cut fresh pages while the others held
-// the free blocks: most of its fresh pages were cut while other heaps had free blocks of the
-// class. One superslab per class did as well for memory but cost bench_larson (a thread per
-// generation, 28 classes) much of its speed: each new thread cut a page in a superslab of each
-// class, and the free-list heads it pops sat in as many more header pages and cache lines.
-// Speed-first shares superslabs between all classes: with groups there too, bench_churn ran
-// faster in less memory, but bench_larson slower in more (docs/allocator.md, "Adoption";
-// measured: docs/notebook/2026-11-26-allocator-measurements.md, "Adoption: which abandoned
-// superslab"). Pages of classes above 8 KiB (medium and big pages, 1-4 to a superslab) have
-// groups under both policies: larson's classes are all small, and once SmallObject v3 served
-// the classes up to 256 KiB, bench_churn's new threads adopted medium superslabs for one group
-// and took over free blocks of the others' with them, which raised its peak RSS above what it
-// had with those blocks on the large path; groups took back part of it (measured:
-// docs/notebook/2026-12-07-source-comments.md#arenac-medium-superslabs-per-group).
+// Which superslabs a page of `cls` may come from (hak_superslab.affinity). Small pages (64 KiB,
+// 32 to a superslab) are shared by every small class, under both policies: a free slot left by
+// one class is the next fresh page of any other, and an adopter (hak_heap_adopt) takes over the
+// pages of every size its predecessor left. Pages of classes above 8 KiB (medium and big pages,
+// 1-4 to a superslab) have a superslab per group of classes (C0..C7, M0..M7: the route masks'
+// groups): once SmallObject v3 served the classes up to 256 KiB, bench_churn's new threads
+// adopted medium superslabs for one group and took over free blocks of the others' with them,
+// which raised its peak RSS above what it had with those blocks on the large path; groups took
+// back part of it (measured:
+// docs/notebook/2026-12-07-source-comments.md#arenac-medium-superslabs-per-group). The lean policy
+// gave the small classes groups too until issue #38, for bench_churn (its new threads adopted
+// shared superslabs unevenly and cut fresh pages while others held free blocks of the class: 5-7 %
+// of its peak). On mstress, the public program bench_churn was written to stand for, they did the
+// opposite: each exiting thread left its free slots in five superslabs, usable only by their own
+// group's classes, and with the purge delay the program needs for its time, its peak rose 40 %
+// (16-17 MB against 11-12.5 shared, glibc 11.4-12.2; docs/notebook/2026-12-08.md). One superslab
+// per class, tried earlier, cost bench_larson much of its speed
+// (docs/notebook/2026-11-26-allocator-measurements.md, "Adoption: which abandoned superslab").
 unsigned hak_arena_class_affinity(unsigned cls) {
-    return hak_option[HAK_OPT_SS_MEM_LEAN] || hak_class_kind[cls] != HAK_KIND_SMALL
-               ? hak_class_group_bit(cls)
-               : HAK_AFFINITY_ANY;
+    return hak_class_kind[cls] != HAK_KIND_SMALL ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
 }
 
 // --- Freed large regions: the large blocks' shared cache
@@ -783,17 +775,23 @@ uint64_t hak_arena_large_purge_delay(void) {
                                            : HAK_LARGE_PURGE_DELAY_NS;
 }
 
-// The purge scheduler of the two caches of freed memory that no heap owns, the empty superslabs
-// and the freed large regions: the earliest deadline of either (0: none), read
-// by every heap's deadline check (purge.c: hak_purge_due), and the purge of whichever has one
-// that passed.
-uint64_t hak_arena_cache_next_due(void) {
-    uint64_t a = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
-    uint64_t b = atomic_load_explicit(&region_next_due, memory_order_relaxed);
+// The purge scheduler of the freed memory that no heap owns, the empty superslabs, the freed
+// large regions and the abandoned superslabs' free slots: the earliest deadline of any (0:
+// none), read by every heap's deadline check (purge.c: hak_purge_due), and the purge of
+// whichever has one that passed.
+static uint64_t earliest(uint64_t a, uint64_t b) {
     return a && b ? (a < b ? a : b) : a | b;
 }
 
+uint64_t hak_arena_cache_next_due(void) {
+    uint64_t a = atomic_load_explicit(&cache_purge_next_ns, memory_order_relaxed);
+    uint64_t b = atomic_load_explicit(&region_next_due, memory_order_relaxed);
+    return earliest(earliest(a, b), hak_superslab_abandoned_next_due());
+}
+
 void hak_arena_cache_purge_due(uint64_t now) {
+    uint64_t abandoned_due = hak_superslab_abandoned_next_due();
+    if (abandoned_due && now >= abandoned_due) hak_superslab_purge_due_abandoned(now);
     uint64_t region_due_next = atomic_load_explicit(&region_next_due, memory_order_relaxed);
     if (region_due_next && now >= region_due_next) {
         hak_lock_acquire(&region_lock);

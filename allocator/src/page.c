@@ -377,9 +377,9 @@ int hak_page_has_free_block(const hak_page *page, const hak_block *block) {
 // slots purged as the policy says (hak_superslab_requeue_abandoned). The visitor holds a
 // taken superslab exclusively, as an adopter would, so it may collect its pages.
 void hak_page_reclaim_abandoned(unsigned visits) {
-    // And a sixteenth of the list: with many abandoned superslabs (a group of classes' own
-    // each, under the lean policy) two visits now and then would leave most of those that the
-    // remote frees emptied mapped for long after.
+    // And a sixteenth of the list: with many abandoned superslabs (a thread per generation,
+    // each leaving a small one and medium ones of a group of classes each) two visits now and
+    // then would leave most of those that the remote frees emptied mapped for long after.
     visits += (unsigned)(hak_superslab_abandoned_count() / 16);
     for (; visits; visits--) {
         hak_superslab *ss = hak_superslab_take_abandoned();

@@ -71,11 +71,10 @@ void hak_purge_slot_freed(hak_heap *heap, hak_superslab *ss) {
         hak_stat_add(ss_os, shrink_purge, 1);
     }
     uint32_t dirty = hak_arena_slots_beyond_floor(ss);
-    uint64_t delay = hak_arena_purge_delay();
     if (!dirty) {
         ss->purge_due_ns = 0; // within the floor: the delay starts again when it is exceeded
     } else {
-        if (!ss->purge_due_ns) hak_arena_arm(ss, hak_coarse_now_ns() + delay);
+        if (!ss->purge_due_ns) hak_arena_arm(ss, hak_coarse_now_ns() + HAK_PURGE_DELAY_NS);
         if (!heap->purge_next_ns || ss->purge_due_ns < heap->purge_next_ns)
             heap->purge_next_ns = ss->purge_due_ns;
     }

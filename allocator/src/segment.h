@@ -21,6 +21,8 @@ hak_superslab *hak_superslab_pop_abandoned(unsigned cls, unsigned merged);
 // taken off it, the list's length (a hint, read without the lock), and one put back at its tail.
 hak_superslab *hak_superslab_take_abandoned(void);
 size_t hak_superslab_abandoned_count(void);
+uint64_t hak_superslab_abandoned_next_due(void);
+void hak_superslab_purge_due_abandoned(uint64_t now);
 void hak_superslab_requeue_abandoned(hak_superslab *ss);
 void hak_superslab_fork_prepare(void);
 void hak_superslab_fork_parent(void);
@@ -51,7 +53,6 @@ unsigned hak_arena_class_affinity(unsigned cls);
 // floor, a deadline set, the current delay, a deadline that passed acted on.
 uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss);
 void hak_arena_arm(hak_superslab *ss, uint64_t due);
-uint64_t hak_arena_purge_delay(void);
 void hak_arena_purge_aged(hak_superslab *ss, uint64_t now);
 // Freed large regions (large.c hands them over, its entries gone): a region for a request of
 // `need` bytes (taken whole up to twice that, else split: r->size is what the block gets), the

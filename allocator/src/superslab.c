@@ -17,6 +17,10 @@ void hak_registry_set(uintptr_t chunk, unsigned value) {
 static hak_lock abandoned_lock = HAK_LOCK_INIT(abandoned);
 static hak_superslab *abandoned_first, *abandoned_last;
 static _Atomic size_t abandoned_count; // read without the lock as a hint
+// The earliest purge deadline of a superslab on the list (0: none), on the arena's scheduler
+// (hak_arena_cache_next_due). A superslab taken off the list leaves it as it was: the sweep
+// that finds it gone sets it again.
+static _Atomic uint64_t abandoned_next_due;
 
 // The abandoned list is FIFO: pushed at the tail, popped at the head.
 static void push_abandoned(hak_superslab *ss) {
@@ -28,6 +32,10 @@ static void push_abandoned(hak_superslab *ss) {
         abandoned_first = ss;
     abandoned_last = ss;
     atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+    uint64_t due = ss->purge_due_ns;
+    uint64_t next = atomic_load_explicit(&abandoned_next_due, memory_order_relaxed);
+    if (due && (!next || due < next))
+        atomic_store_explicit(&abandoned_next_due, due, memory_order_relaxed);
 }
 
 static void unlink_abandoned(hak_superslab *ss) {
@@ -167,9 +175,8 @@ size_t hak_superslab_purge(hak_superslab *ss, int aged) {
 
 void hak_superslab_abandon(hak_superslab *ss) {
     hak_stat_add(ss_os, abandon, 1);
-    // Nobody allocates from it until it is adopted: the policy decides what stays resident
-    // (lean: nothing; speed-first: its free slots while the purge delay runs, warm for the
-    // adopter, then none if they are more than the floor's few).
+    // Nobody allocates from it until it is adopted: its free slots stay resident while the
+    // purge delay runs, warm for the adopter, then none if they are more than the floor.
     hak_arena_superslab_unowned(ss);
     atomic_store_explicit(&ss->owner, NULL, memory_order_seq_cst);
     hak_lock_acquire(&abandoned_lock);
@@ -190,6 +197,27 @@ hak_superslab *hak_superslab_take_abandoned(void) {
 
 size_t hak_superslab_abandoned_count(void) {
     return atomic_load_explicit(&abandoned_count, memory_order_relaxed);
+}
+
+uint64_t hak_superslab_abandoned_next_due(void) {
+    return atomic_load_explicit(&abandoned_next_due, memory_order_relaxed);
+}
+
+// The free slots of every listed superslab whose deadline passed are purged as the policy says
+// (hak_arena_purge_aged), in place: the list's lock makes the sweeper their only holder, as a
+// visitor is (only a holder changes a superslab's slots; remote frees touch its pages' lists).
+// Without it, the slots a thread left waited for a visit (two superslabs from the head of the
+// list now and then), well past their delay when the list is long.
+void hak_superslab_purge_due_abandoned(uint64_t now) {
+    hak_lock_acquire(&abandoned_lock);
+    uint64_t next = 0;
+    for (hak_superslab *ss = abandoned_first; ss; ss = ss->next) {
+        if (!ss->purge_due_ns) continue;
+        if (ss->purge_due_ns <= now) hak_arena_purge_aged(ss, now); // may set a new deadline
+        if (ss->purge_due_ns && (!next || ss->purge_due_ns < next)) next = ss->purge_due_ns;
+    }
+    atomic_store_explicit(&abandoned_next_due, next, memory_order_relaxed);
+    hak_lock_release(&abandoned_lock);
 }
 
 // A visited superslab that still has live blocks goes back to the tail, its free slots purged as

@@ -10,7 +10,7 @@
 //              is 4 KiB shorter because the header sits in front of it. The registry byte of
 //              its 2 MiB says the kind, so free() finds the descriptor by shift and mask. A
 //              superslab is owned by one heap (thread); all its pages belong to that heap.
-//              Under the lean policy its pages are all of one group of classes (its affinity).
+//              A superslab of medium or big pages serves one group of classes (its affinity).
 //   page       blocks of one size class, with mimalloc's three free lists: `free` (malloc pops),
 //              `local_free` (owner frees push), `xthread_free` (other threads push, atomically).
 //   heap       per-thread: for each class the page to pop from (`direct`) and a queue of pages
@@ -179,8 +179,8 @@ typedef struct hak_superslab {
     // Owner heap; NULL while abandoned. Atomic: remote freers read it to notify the owner.
     _Atomic(struct hak_heap *) owner;
     struct hak_superslab *next, *prev; // owner's list, abandoned list or OS cache
-    // The group of size classes its pages serve (the lean policy: hak_arena_class_affinity), or
-    // HAK_AFFINITY_ANY.
+    // The group of size classes its pages serve (medium and big pages: hak_arena_class_affinity),
+    // or HAK_AFFINITY_ANY (small pages).
     uint8_t affinity;
     // Medium pages (4, at most 64 blocks each since their classes start above 8 KiB): bit j of
     // word i: block j of page i is free, purged whole and on no free list (see page.c).
