@@ -46,7 +46,7 @@
       "speed-first policy: bytes of empty 2 MiB superslabs kept mapped (and resident) for reuse") \
     X(SS_MEM_LEAN, BOOL, "0", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise,SS_OS_STATS.slot_purge_kb,SS_OS_STATS.cache_release,LARGE_STATS.cache_put,SS_OS_STATS.alloc", \
       "lean memory policy (BALANCED): keep at most SS_MEM_LEAN_TARGET_MB of empty superslabs; " \
-      "superslabs per group of classes; idle medium blocks purged") \
+      "no free page slot kept past the purge delay; idle medium blocks purged") \
     X(SS_MEM_LEAN_TARGET_MB, INT, "8", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise,SS_OS_STATS.cache_release", \
       "lean policy: MiB of empty superslabs kept mapped; the rest is unmapped at once") \
     X(SS_MEM_LEAN_DECOMMIT, BOOL, "1", HAK_ALL_VARIANTS, "", "SS_OS_STATS.madvise", \
