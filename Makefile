@@ -2,8 +2,8 @@
 #   make setup   system packages (apt-get, when root) + .venv with hakbench[dev]
 #   make build   every allocator variant (PGO included) and every harness program
 #   make demo    setup + build + the main job: the lean memory policy (BALANCED) against
-#                the speed-first default (C7_SAFE) where it acts (burst) and where it does
-#                not (mixed); sequential pairs until decided, at most 30 s of pairs
+#                the speed-first default (C7_SAFE) where it acts (thread_churn) and where it
+#                does not (mixed); sequential pairs until decided, at most 30 s of pairs
 #   make test    setup + build + C tests + pytest + lint + scorecard check (committed
 #                results/ must regenerate identically from results/scorecard/) + the
 #                instruction and page-fault gate (exact Ir/op and minor faults of
@@ -48,7 +48,7 @@ setup:
 build: allocator harness pgo
 
 demo: setup build
-	$(HAKBENCH) ab --profile BALANCED --baseline C7_SAFE -w burst -w mixed --max-time 30 --perf-runs 1
+	$(HAKBENCH) ab --profile BALANCED --baseline C7_SAFE -w thread_churn -w mixed --max-time 30 --perf-runs 1
 
 # compiling is parallel (the tests run their own jobs)
 NPROC := $(shell nproc 2>/dev/null || echo 1)
