@@ -286,8 +286,22 @@ def test_stress_workloads_name_their_groups(repo_root):
 # under C7_SAFE at most 1.2x mimalloc's. Each is the workload's own arguments (the quiet phase
 # cut), the median of three runs taken in turn with the reference's; 5 % on top for what one
 # short run's peak moves by from run to run (1-3 % here). results/memory_workloads.md has the
-# measured ratios.
-MEMORY_BOUNDS = {"BALANCED": ("system", 1.0), "C7_SAFE": ("mimalloc", 1.2)}
+# measured ratios. Two exceptions, both from issue #38 (docs/notebook/2026-12-08.md):
+# - churn under BALANCED: at most 1.2x glibc's. bench_churn was written to stand for mstress,
+#   and the lean policy's superslabs per group of small classes, which kept it under glibc's
+#   peak, held mstress itself (the public program) 1.19x above glibc's peak at 1.15x its time;
+#   without them mstress is at glibc's peak and 0.78x its time, and churn at 1.13x glibc's.
+# - thread_churn, the lab's model that ranks allocators as mstress does (docs/stress.md), is
+#   held to glibc's peak under BALANCED in churn's place.
+MEMORY_CASES = {
+    ("churn", "BALANCED"): ("system", 1.2),
+    ("churn", "C7_SAFE"): ("mimalloc", 1.2),
+    ("prodcons_mem", "BALANCED"): ("system", 1.0),
+    ("prodcons_mem", "C7_SAFE"): ("mimalloc", 1.2),
+    ("large", "BALANCED"): ("system", 1.0),
+    ("large", "C7_SAFE"): ("mimalloc", 1.2),
+    ("thread_churn", "BALANCED"): ("system", 1.0),
+}
 MEMORY_SLACK = 1.05
 
 
@@ -303,11 +317,10 @@ def peak_rss_kb(bench_dir, workload, preload, env):
     not (PRELOADS["hakmem"].exists() and PRELOADS["mimalloc"].exists()),
     reason="needs libhakmem.so and Debian's mimalloc",
 )
-@pytest.mark.parametrize("profile", sorted(MEMORY_BOUNDS))
-@pytest.mark.parametrize("name", ["churn", "prodcons_mem", "large"])
+@pytest.mark.parametrize("name,profile", sorted(MEMORY_CASES))
 def test_memory_workloads_peak_rss_within_issue_11_bounds(bench_dir, name, profile):
     workload = load_workloads()[name]
-    reference, bound = MEMORY_BOUNDS[profile]
+    reference, bound = MEMORY_CASES[(name, profile)]
     ref_preload = None if reference == "system" else PRELOADS[reference]
     env = resolve_profile(profile).env
     ours, theirs = [], []
