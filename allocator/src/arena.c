@@ -252,13 +252,14 @@ void hak_arena_superslab_unowned(hak_superslab *ss) {
 // back part of it (measured:
 // docs/notebook/2026-12-07-source-comments.md#arenac-medium-superslabs-per-group). The lean policy
 // gave the small classes groups too until issue #38, for bench_churn (its new threads adopted
-// shared superslabs unevenly and cut fresh pages while others held free blocks of the class: 5-7 %
-// of its peak). On mstress, the public program bench_churn was written to stand for, they did the
-// opposite: each exiting thread left its free slots in five superslabs, usable only by their own
-// group's classes, and with the purge delay the program needs for its time, its peak rose 40 %
-// (16-17 MB against 11-12.5 shared, glibc 11.4-12.2; docs/notebook/2026-12-08.md). One superslab
-// per class, tried earlier, cost bench_larson much of its speed
-// (docs/notebook/2026-11-26-allocator-measurements.md, "Adoption: which abandoned superslab").
+// shared superslabs unevenly and cut fresh pages while others held free blocks of the class;
+// without the groups its peak is 1.13x glibc's). On mstress, the public program bench_churn was
+// written to stand for, they did the opposite: each exiting thread left its free slots in five
+// superslabs, usable only by their own group's classes, and with the purge delay the program
+// needs for its time its peak was 15.5-17.6 MB against 11-13 shared (glibc 11.3-12.7;
+// docs/notebook/2026-12-08.md). One superslab per class, tried earlier, cost bench_larson much
+// of its speed (docs/notebook/2026-11-26-allocator-measurements.md, "Adoption: which abandoned
+// superslab").
 unsigned hak_arena_class_affinity(unsigned cls) {
     return hak_class_kind[cls] != HAK_KIND_SMALL ? hak_class_group_bit(cls) : HAK_AFFINITY_ANY;
 }

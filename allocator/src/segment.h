@@ -50,7 +50,7 @@ void hak_arena_superslab_unowned(hak_superslab *ss);
 void hak_arena_superslab_adopted(hak_superslab *ss);
 unsigned hak_arena_class_affinity(unsigned cls);
 // The slot policy, for the heaps' own deadlines (purge.c): the resident free slots beyond the
-// floor, a deadline set, the current delay, a deadline that passed acted on.
+// floor, a deadline set, a deadline that passed acted on (the delay: HAK_PURGE_DELAY_NS).
 uint32_t hak_arena_slots_beyond_floor(const hak_superslab *ss);
 void hak_arena_arm(hak_superslab *ss, uint64_t due);
 void hak_arena_purge_aged(hak_superslab *ss, uint64_t now);

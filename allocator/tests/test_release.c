@@ -700,8 +700,7 @@ static void test_abandoned_slots_purged_after_delay(void) {
     // (A loaded VM can stall the thread, or the coarse clock's tick, well past 5 ms.)
     struct timespec joined;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &joined);
-    double exit_ms = (double)(joined.tv_sec - slot_first_free.tv_sec) * 1e3 +
-                     (double)(joined.tv_nsec - slot_first_free.tv_nsec) / 1e6;
+    double exit_ms = ms_between(slot_first_free, joined);
     // The delay (10 ms) and the coarse clock's tick passed; visitors come until the superslab
     // was visited (earlier tests may have left others ahead of it in the list).
     nanosleep(&(struct timespec){.tv_nsec = 40 * 1000 * 1000}, NULL);
@@ -754,8 +753,7 @@ static void test_next_generation_takes_slots_warm(void) {
     pthread_join(thread, NULL);
     struct timespec joined;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &joined);
-    double took_ms = (double)(joined.tv_sec - slot_first_free.tv_sec) * 1e3 +
-                     (double)(joined.tv_nsec - slot_first_free.tv_nsec) / 1e6;
+    double took_ms = ms_between(slot_first_free, joined);
     uintptr_t region = (uintptr_t)slot_blocks[0] & ~(uintptr_t)(2 * MiB - 1);
     int same = 0;
     for (int i = 0; i < TAKEN_BLOCKS; i++)
